@@ -1,0 +1,121 @@
+"""A running batch in which every member gains exactly one token per step.
+
+This is iteration-level (Orca) decoding with the prompt already in the KV
+cache: each step, every sequence in the batch emits one token. Because the
+progress of every member is the same, the batch keeps one step counter and
+each member's *finish step* in a heap, instead of touching every member every
+step. A step costs O(1) plus O(log B) per sequence that joins or leaves, so a
+run's cost grows with the number of requests, not with tokens x batch size.
+
+Members hold a slot (the lowest free index), which is what the per-step table
+prints (``step 3: C | B``) and what a Gantt chart by slot draws.
+
+Pure data structure: no SimPy.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+
+from orcasim.request import Request
+
+
+class DecodeBatch:
+    """Sequences in decode, advanced together one token per step.
+
+    ``num_kv_tokens`` is the total number of tokens (prompt + generated) held
+    in the KV cache by the members, as the next step will read them.
+    """
+
+    __slots__ = ("_free_slots", "_heap", "_members", "_next_seq", "_next_slot", "num_kv_tokens",
+                 "num_steps", "size")
+
+    def __init__(self) -> None:
+        self.num_steps = 0
+        self.num_kv_tokens = 0
+        self.size = 0
+        self._heap: list[tuple[int, int, Request]] = []
+        self._members: dict[int, Request] = {}
+        self._free_slots: list[int] = []
+        self._next_slot = 0
+        self._next_seq = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bool__(self) -> bool:
+        return self.size > 0
+
+    def __iter__(self) -> Iterator[Request]:
+        """Members in the order they joined."""
+        return iter(self._members.values())
+
+    def add(self, req: Request) -> None:
+        """Add ``req``; it emits its next token at the end of the next step."""
+        remaining = req.output_len - req.num_output_tokens
+        if remaining <= 0:
+            raise ValueError(f"request {req.label} has no tokens left to generate")
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        req._batch_seq = seq
+        req._done_at = self.num_steps + remaining
+        heapq.heappush(self._heap, (req._done_at, seq, req))
+        self._members[seq] = req
+        self.size += 1
+        if self._free_slots:
+            req.slot = heapq.heappop(self._free_slots)
+        else:
+            req.slot = self._next_slot
+            self._next_slot += 1
+        self.num_kv_tokens += req.prompt_len + req.num_output_tokens
+
+    def advance(self) -> list[Request]:
+        """Run one step: every member gains a token. Return the members that finished.
+
+        Finished members leave the batch with ``num_output_tokens == output_len``,
+        in the order they joined.
+        """
+        self.num_steps = step = self.num_steps + 1
+        self.num_kv_tokens += self.size
+        heap = self._heap
+        if not heap or heap[0][0] != step:
+            return []
+        done: list[Request] = []
+        while heap and heap[0][0] == step:
+            _, seq, req = heapq.heappop(heap)
+            if req._batch_seq != seq:  # removed earlier
+                continue
+            req.num_output_tokens = req.output_len
+            self._leave(req)
+            done.append(req)
+        return done
+
+    def output_tokens(self, req: Request) -> int:
+        """Tokens ``req`` has generated so far (members are tracked lazily)."""
+        if req._batch_seq < 0:
+            return req.num_output_tokens
+        return req.output_len - (req._done_at - self.num_steps)
+
+    def remove(self, req: Request) -> None:
+        """Take ``req`` out before it finishes (preemption, abort); writes back its counters."""
+        if req._batch_seq < 0 or self._members.get(req._batch_seq) is not req:
+            raise ValueError(f"request {req.label} is not in the batch")
+        req.num_output_tokens = self.output_tokens(req)
+        self._leave(req)
+
+    def _leave(self, req: Request) -> None:
+        """Drop a member whose ``num_output_tokens`` is up to date."""
+        del self._members[req._batch_seq]
+        self.size -= 1
+        req._batch_seq = -1
+        self.num_kv_tokens -= req.prompt_len + req.num_output_tokens
+        heapq.heappush(self._free_slots, req.slot)
+        req.slot = -1
+
+    def slot_view(self) -> list[Request | None]:
+        """Members by slot index, ``None`` for an empty slot (for per-step tables)."""
+        view: list[Request | None] = [None] * self._next_slot
+        for req in self._members.values():
+            view[req.slot] = req
+        return view

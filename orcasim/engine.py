@@ -1,0 +1,86 @@
+"""The GPU engine: a SimPy process that executes one step (iteration) at a time.
+
+Each turn of its loop asks the policy for the next step. The policy's
+``next_step`` is a generator run inside this process (``yield from``): it may
+wait on any SimPy event (an arrival, freed memory, a timer) before returning a
+:class:`~orcasim.plan.StepPlan`, or return ``None`` when it has no more work.
+The engine charges the step's latency as one timeout, lets the policy apply
+the step's effects, and records the step. A step is one SimPy event whatever
+the batch size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+
+import simpy
+
+from orcasim.context import SchedulerContext
+from orcasim.errors import SimulationError
+from orcasim.latency.base import LatencyModel
+from orcasim.policies.base import Policy
+
+MAX_EMPTY_STEPS = 1000
+
+
+class Engine:
+    """Runs the policy's steps, charging each by the latency model."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        ctx: SchedulerContext,
+        policy: Policy,
+        latency: LatencyModel,
+    ) -> None:
+        self.env = env
+        self.ctx = ctx
+        self.policy = policy
+        self.latency = latency
+        self.busy_time = 0.0
+        self.process = env.process(self.run())
+
+    def run(self) -> Generator[simpy.Event, object, None]:
+        env = self.env
+        ctx = self.ctx
+        policy = self.policy
+        step_time = self.latency.step_time
+        rec = ctx.recorder
+        record_step = rec.record_step
+        trace = rec.trace_steps
+        timeout = simpy.Timeout
+        prev_end = 0.0
+        empty_run = 0
+        busy = 0.0
+        while True:
+            plan = yield from policy.next_step()
+            if plan is None:
+                break
+            if plan.num_seqs == 0:
+                empty_run += 1
+                if empty_run > MAX_EMPTY_STEPS:
+                    raise SimulationError(
+                        f"policy {policy.type_name!r} scheduled {MAX_EMPTY_STEPS} empty steps "
+                        f"in a row at t={env.now:.6g}: no progress"
+                    )
+            else:
+                empty_run = 0
+            dt = step_time(plan)
+            if not dt > 0.0:
+                raise SimulationError(
+                    f"latency model {self.latency.type_name!r} returned a step time of {dt!r} s; "
+                    "it must be > 0"
+                )
+            t0 = env.now
+            num_waiting = len(ctx.waiting)
+            labels = policy.batch_labels(plan) if trace else None
+            yield timeout(env, dt)
+            t1 = env.now
+            busy += dt
+            policy.complete_step(plan, t0, t1)
+            if labels is not None:
+                rec.record_batch(t0, t1, labels)
+            record_step(t0, t1, plan.num_seqs, plan.num_tokens, num_waiting, t1 - prev_end,
+                        plan.num_itl_tokens)
+            prev_end = t1
+        self.busy_time = busy

@@ -1,0 +1,1 @@
+"""Recording (hot path), summaries, results as DataFrames, and plots (imported lazily)."""

@@ -1,0 +1,150 @@
+"""The recorder: plain columns appended in the hot path, turned into arrays at the end.
+
+Per request it keeps one row, written when the request reaches its final
+state. Per step it keeps (a) the inter-token gap of the step and how many
+tokens had it, which is all that exact ITL percentiles need, and (b) a
+bounded, time-binned series of batch size, tokens and queue length for plots.
+The full per-step batch listing is kept only when asked for (``trace_steps``).
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any
+
+import numpy as np
+
+from orcasim.metrics.series import StepSeries
+from orcasim.request import Request
+
+_NAN = float("nan")
+
+REQUEST_FLOAT_COLUMNS = ("arrival", "first_scheduled", "first_token", "finish")
+REQUEST_INT_COLUMNS = (
+    "id",
+    "prompt_len",
+    "output_len",
+    "num_output_tokens",
+    "num_preemptions",
+    "priority",
+    "state",
+)
+
+
+class Recorder:
+    """Collects a run's per-request rows, ITL samples and step series."""
+
+    def __init__(self, trace_steps: bool = False, series_capacity: int = 4096) -> None:
+        self.num_arrived = 0
+        self._steps_flushed = 0
+        self._sum_batch = 0
+        self._f = {c: array("d") for c in REQUEST_FLOAT_COLUMNS}
+        self._i = {c: array("q") for c in REQUEST_INT_COLUMNS}
+        self._name: list[str | None] = []
+        self._tenant: list[str | None] = []
+        self._reason: list[str | None] = []
+        self._itl_gap: list[np.ndarray] = []
+        self._itl_count: list[np.ndarray] = []
+        self._extra_itl: list[tuple[float, int]] = []
+        self._buf: list[tuple[float, float, int, int, int, float, int]] = []
+        self._buf_cap = max(16, series_capacity)
+        self.series = StepSeries(series_capacity)
+        self.trace_steps = trace_steps
+        self.steps: list[tuple[int, float, float, tuple[str | None, ...]]] = []
+
+    # -- hot path -----------------------------------------------------------
+    def record_request(self, req: Request) -> None:
+        """Append ``req``'s final row."""
+        f, i = self._f, self._i
+        f["arrival"].append(req.arrival)
+        f["first_scheduled"].append(_NAN if req.first_scheduled is None else req.first_scheduled)
+        f["first_token"].append(_NAN if req.first_token is None else req.first_token)
+        f["finish"].append(_NAN if req.finish is None else req.finish)
+        i["id"].append(req.id)
+        i["prompt_len"].append(req.prompt_len)
+        i["output_len"].append(req.output_len)
+        i["num_output_tokens"].append(req.num_output_tokens)
+        i["num_preemptions"].append(req.num_preemptions)
+        i["priority"].append(req.priority)
+        i["state"].append(int(req.state))
+        self._name.append(req.name)
+        self._tenant.append(req.tenant)
+        self._reason.append(req.reason)
+
+    def record_step(
+        self,
+        t_start: float,
+        t_end: float,
+        num_seqs: int,
+        num_tokens: int,
+        num_waiting: int,
+        itl_gap: float,
+        itl_count: int,
+    ) -> None:
+        """One step: its span, batch and queue, and ``itl_count`` tokens with gap ``itl_gap``."""
+        buf = self._buf
+        buf.append((t_start, t_end, num_seqs, num_tokens, num_waiting, itl_gap, itl_count))
+        if len(buf) >= self._buf_cap:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._buf:
+            return
+        a = np.array(self._buf, dtype=np.float64)
+        self._buf = []
+        self._steps_flushed += len(a)
+        self._sum_batch += int(a[:, 2].sum())
+        keep = a[:, 6] > 0
+        self._itl_gap.append(a[keep, 5])
+        self._itl_count.append(a[keep, 6].astype(np.int64))
+        self.series.add_steps(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4])
+
+    @property
+    def num_steps(self) -> int:
+        """Steps recorded so far."""
+        return self._steps_flushed + len(self._buf)
+
+    @property
+    def sum_batch(self) -> int:
+        """Sequence-steps so far: the sum of the batch size over steps."""
+        self._flush()
+        return self._sum_batch
+
+    def record_itl(self, gap: float, count: int = 1) -> None:
+        """Inter-token gaps outside the step rule (e.g. the first token after a resume)."""
+        self._extra_itl.append((gap, count))
+
+    def record_batch(self, t_start: float, t_end: float, labels: tuple[str | None, ...]) -> None:
+        """Per-step batch listing (only when ``trace_steps``); ``None`` is an empty slot."""
+        self.steps.append((self.num_steps, t_start, t_end, labels))
+
+    # -- end of run ---------------------------------------------------------
+    @property
+    def num_recorded(self) -> int:
+        return len(self._i["id"])
+
+    def request_columns(self) -> dict[str, Any]:
+        """Per-request columns as numpy arrays (and lists for strings), sorted by request id."""
+        ids = np.frombuffer(self._i["id"], dtype=np.int64) if self._i["id"] else np.zeros(0, int)
+        order = np.argsort(ids, kind="stable")
+        cols: dict[str, Any] = {}
+        for c, a in self._i.items():
+            cols[c] = np.array(a, dtype=np.int64)[order]
+        for c, a in self._f.items():
+            cols[c] = np.array(a, dtype=np.float64)[order]
+        idx = order.tolist()
+        for c, lst in (("name", self._name), ("tenant", self._tenant), ("reason", self._reason)):
+            cols[c] = [lst[k] for k in idx]
+        return cols
+
+    def itl_samples(self) -> tuple[np.ndarray, np.ndarray]:
+        """Inter-token gaps as ``(gaps, counts)``: each gap occurred ``count`` times."""
+        self._flush()
+        gaps = [*self._itl_gap, np.array([g for g, _ in self._extra_itl], dtype=np.float64)]
+        counts = [*self._itl_count, np.array([c for _, c in self._extra_itl], dtype=np.int64)]
+        return np.concatenate(gaps), np.concatenate(counts)
+
+    def series_rows(self) -> dict[str, np.ndarray]:
+        """The bounded per-step series (see :class:`StepSeries`)."""
+        self._flush()
+        return self.series.rows()

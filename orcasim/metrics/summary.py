@@ -1,0 +1,105 @@
+"""Summary metrics of one run, with the definitions documented in docs/metrics.md.
+
+- queue delay = first scheduled - arrival
+- TTFT = first output token - arrival
+- TPOT = (finish - first token) / (output tokens - 1), for requests with > 1 token
+- ITL = gaps between consecutive tokens of a request, over all tokens
+- E2E = finish - arrival
+- throughput = output tokens / makespan (makespan: time of the last finish, from t = 0)
+
+Latency metrics are over finished requests. Each gets ``_mean``, ``_p50``,
+``_p90`` and ``_p99``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from orcasim.metrics.stats import percentiles, weighted_mean, weighted_percentiles
+from orcasim.request import RequestState
+
+QUANTILES = (50, 90, 99)
+LATENCY_METRICS = ("queue_delay", "ttft", "tpot", "itl", "e2e")
+
+
+def _describe(prefix: str, x: np.ndarray, out: dict[str, float]) -> None:
+    x = x[np.isfinite(x)]
+    out[f"{prefix}_mean"] = float(x.mean()) if x.size else float("nan")
+    for q, v in zip(QUANTILES, percentiles(x, QUANTILES), strict=True):
+        out[f"{prefix}_p{q}"] = v
+
+
+def request_latencies(cols: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Per-request queue delay, TTFT, TPOT and E2E (NaN where undefined)."""
+    arrival = cols["arrival"]
+    first_token = cols["first_token"]
+    finish = cols["finish"]
+    n_out = cols["num_output_tokens"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(n_out > 1, (finish - first_token) / (n_out - 1), np.nan)
+    return {
+        "queue_delay": cols["first_scheduled"] - arrival,
+        "ttft": first_token - arrival,
+        "tpot": tpot,
+        "e2e": finish - arrival,
+    }
+
+
+def slo_met(cols: dict[str, Any], slo: dict[str, float | None]) -> np.ndarray:
+    """Boolean per request: finished and within every SLO bound given (ttft, tpot, e2e)."""
+    lat = request_latencies(cols)
+    ok = cols["state"] == int(RequestState.FINISHED)
+    for key, bound in slo.items():
+        if bound is not None:
+            x = lat[key]
+            ok &= ~(x > bound)  # NaN (undefined TPOT) counts as met
+    return ok
+
+
+def summarize(
+    cols: dict[str, Any],
+    itl: tuple[np.ndarray, np.ndarray],
+    *,
+    num_steps: int,
+    sum_batch: int,
+    busy_time: float,
+    max_batch: int | None = None,
+    slo: dict[str, float | None] | None = None,
+) -> dict[str, float]:
+    """All summary metrics of a run as a flat ``name -> value`` dict."""
+    state = cols["state"]
+    finished = state == int(RequestState.FINISHED)
+    out: dict[str, float] = {
+        "num_requests": int(state.size),
+        "num_finished": int(finished.sum()),
+        "num_rejected": int((state == int(RequestState.REJECTED)).sum()),
+        "num_aborted": int((state == int(RequestState.ABORTED)).sum()),
+    }
+    ends = cols["finish"][np.isfinite(cols["finish"])]
+    makespan = float(ends.max()) if ends.size else float("nan")
+    output_tokens = int(cols["num_output_tokens"].sum())
+    out["makespan_s"] = makespan
+    out["output_tokens"] = output_tokens
+    out["throughput_tok_s"] = output_tokens / makespan if makespan > 0 else float("nan")
+    out["requests_per_s"] = out["num_finished"] / makespan if makespan > 0 else float("nan")
+    if slo is not None and any(v is not None for v in slo.values()):
+        met = slo_met(cols, slo)
+        out["goodput_req_s"] = int(met.sum()) / makespan if makespan > 0 else float("nan")
+        out["slo_attainment"] = float(met.sum() / max(1, out["num_finished"]))
+    lat = request_latencies(cols)
+    for name in ("queue_delay", "ttft", "tpot"):
+        _describe(name, lat[name][finished], out)
+    values, counts = itl
+    out["itl_mean"] = weighted_mean(values, counts)
+    for q, v in zip(QUANTILES, weighted_percentiles(values, counts, QUANTILES), strict=True):
+        out[f"itl_p{q}"] = v
+    _describe("e2e", lat["e2e"][finished], out)
+    out["num_steps"] = num_steps
+    out["seq_steps"] = sum_batch
+    out["mean_batch_size"] = sum_batch / num_steps if num_steps else float("nan")
+    out["busy_fraction"] = busy_time / makespan if makespan > 0 else float("nan")
+    if max_batch:
+        out["slot_utilisation"] = sum_batch / (num_steps * max_batch) if num_steps else float("nan")
+    return out

@@ -1,0 +1,55 @@
+"""What one engine step does: the batch a policy hands to the engine.
+
+A :class:`StepPlan` carries the aggregate quantities a latency model needs
+(sequences, prefill and decode tokens, KV tokens read) and, for policies that
+list them, the scheduled requests with their token counts. After the step the
+policy fills in how many tokens were emitted, which the recorder turns into
+inter-token-latency samples without storing tokens.
+"""
+
+from __future__ import annotations
+
+from orcasim.request import Request
+
+
+class StepPlan:
+    """One step's batch.
+
+    Attributes:
+        num_seqs: sequences in the batch (B).
+        num_prefill_tokens: prompt tokens computed this step.
+        num_decode_tokens: generated-token positions computed this step.
+        num_kv_tokens: tokens already in the KV cache that the step reads (T).
+        scheduled: optional ``(request, num_tokens)`` pairs, for policies that list them.
+        num_itl_tokens: set after the step: tokens emitted by sequences that also
+            emitted in the previous step (each an inter-token gap of the step).
+    """
+
+    __slots__ = (
+        "num_decode_tokens",
+        "num_itl_tokens",
+        "num_kv_tokens",
+        "num_prefill_tokens",
+        "num_seqs",
+        "scheduled",
+    )
+
+    def __init__(
+        self,
+        num_seqs: int,
+        num_kv_tokens: int,
+        num_prefill_tokens: int = 0,
+        num_decode_tokens: int | None = None,
+        scheduled: list[tuple[Request, int]] | None = None,
+    ) -> None:
+        self.num_seqs = num_seqs
+        self.num_kv_tokens = num_kv_tokens
+        self.num_prefill_tokens = num_prefill_tokens
+        self.num_decode_tokens = num_seqs if num_decode_tokens is None else num_decode_tokens
+        self.scheduled = scheduled
+        self.num_itl_tokens = 0
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens computed this step (prefill + decode)."""
+        return self.num_prefill_tokens + self.num_decode_tokens

@@ -1,0 +1,6 @@
+"""Scheduling policies. Each lives in one file and registers itself with one decorator."""
+
+from orcasim.policies import continuous, static
+from orcasim.policies.base import DecodeOnlyPolicy, Policy, PolicyParams
+
+__all__ = ["DecodeOnlyPolicy", "Policy", "PolicyParams", "continuous", "static"]

@@ -1,0 +1,119 @@
+"""The policy interface, and the shared core of decode-only batching policies.
+
+A policy decides, at every step boundary, which requests run in the next
+step. The engine runs its :meth:`Policy.next_step` generator inside the engine
+process: the generator may ``yield`` SimPy events to wait (``yield
+ctx.arrival``) and ``return`` a :class:`~orcasim.plan.StepPlan`, or ``None``
+when no work remains and none will arrive. After the step the engine calls
+:meth:`Policy.complete_step`, where the policy applies its effects (tokens
+emitted, requests finished) through the context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterable
+from typing import Any, ClassVar
+
+import simpy
+
+from orcasim.batch import DecodeBatch
+from orcasim.context import SchedulerContext
+from orcasim.params import ComponentParams
+from orcasim.plan import StepPlan
+from orcasim.request import Request
+
+
+class PolicyParams(ComponentParams):
+    """Base for a policy's scenario parameters."""
+
+
+class Policy:
+    """A scheduling policy for one engine."""
+
+    type_name: ClassVar[str] = ""
+    Params: ClassVar[type[ComponentParams]] = PolicyParams
+
+    def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
+        self.params = params
+        self.ctx = ctx
+
+    def next_step(self) -> Generator[simpy.Event, Any, StepPlan | None]:
+        """Wait as needed, then return the next step's plan (``None``: no more work)."""
+        raise NotImplementedError
+
+    def complete_step(self, plan: StepPlan, t_start: float, t_end: float) -> None:
+        """Apply the effects of ``plan``, which ran from ``t_start`` to ``t_end``.
+
+        Must set ``plan.num_itl_tokens``: the tokens emitted by sequences that
+        also emitted in the previous step.
+        """
+        raise NotImplementedError
+
+    def running(self) -> Iterable[Request]:
+        """Requests currently holding a place in the batch."""
+        raise NotImplementedError
+
+    def batch_labels(self, plan: StepPlan) -> tuple[str | None, ...]:
+        """Labels of the requests in ``plan`` by slot, ``None`` for an empty slot (for tables)."""
+        if plan.scheduled is None:
+            return tuple(r.label for r in self.running())
+        return tuple(r.label for r, _ in plan.scheduled)
+
+
+class DecodeOnlyPolicy(Policy):
+    """Iteration-level decoding with prompts already cached (the seed notebook's model).
+
+    Every running request emits one token per step; a step reads the KV
+    tokens (prompt + generated) of the batch. Subclasses decide only *when*
+    waiting requests join the batch, in :meth:`admit`.
+    """
+
+    def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
+        super().__init__(params, ctx)
+        self.batch = DecodeBatch()
+        self._joined: list[Request] = []
+
+    def admit(self) -> None:
+        """Move waiting requests into the batch (via :meth:`join`) as the policy allows."""
+        raise NotImplementedError
+
+    def join(self, req: Request) -> None:
+        """Put ``req`` into the batch for the next step."""
+        self.ctx.admit(req)
+        self.batch.add(req)
+        self._joined.append(req)
+
+    def next_step(self) -> Generator[simpy.Event, Any, StepPlan | None]:
+        ctx = self.ctx
+        batch = self.batch
+        while True:
+            ctx.poll_arrivals()
+            if ctx.waiting:
+                self.admit()
+            if batch.size:
+                return StepPlan(batch.size, batch.num_kv_tokens)
+            if not ctx.waiting and ctx.arrivals_done:
+                return None
+            yield ctx.arrival
+
+    def complete_step(self, plan: StepPlan, t_start: float, t_end: float) -> None:
+        joined = self._joined
+        finished = self.batch.advance()
+        if joined:
+            for req in joined:
+                if req.first_token is None:
+                    req.first_token = t_end
+            plan.num_itl_tokens = plan.num_seqs - len(joined)
+            self._joined = []
+        else:
+            plan.num_itl_tokens = plan.num_seqs
+        if finished:
+            finish = self.ctx.finish
+            for req in finished:
+                finish(req, t_end)
+
+    def running(self) -> Iterable[Request]:
+        return iter(self.batch)
+
+    def batch_labels(self, plan: StepPlan) -> tuple[str | None, ...]:
+        return tuple(None if r is None else r.label for r in self.batch.slot_view())

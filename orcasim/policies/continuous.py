@@ -1,0 +1,28 @@
+"""``continuous``: Orca's iteration-level batching.
+
+At every step boundary, waiting requests join the batch first come, first
+served, up to ``max_batch``; a request leaves the moment it emits its last
+token, and its slot is refilled at the next boundary.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from orcasim.policies.base import DecodeOnlyPolicy, PolicyParams
+from orcasim.registry import policies
+
+
+@policies.register("continuous")
+class Continuous(DecodeOnlyPolicy):
+    """Admit FCFS at every step boundary while the batch has a free slot."""
+
+    class Params(PolicyParams):
+        max_batch: int = Field(32, gt=0, description="sequences per step at most")
+
+    def admit(self) -> None:
+        waiting = self.ctx.waiting
+        room = self.params.max_batch - self.batch.size
+        while waiting and room > 0:
+            self.join(waiting.popleft())
+            room -= 1

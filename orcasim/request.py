@@ -1,0 +1,102 @@
+"""A request's counters and timestamps while it is in the system.
+
+A :class:`Request` is a plain mutable record: policies move it between the
+waiting queue and the running batch and advance its counters; the recorder
+copies its fields into columns when it reaches a final state, after which the
+object can be dropped. Nothing here holds per-token data.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class RequestState(IntEnum):
+    """Where a request is. The last three are final: every request ends in exactly one."""
+
+    WAITING = 0
+    RUNNING = 1
+    PREEMPTED = 2
+    FINISHED = 3
+    REJECTED = 4
+    ABORTED = 5
+
+
+FINAL_STATES = (RequestState.FINISHED, RequestState.REJECTED, RequestState.ABORTED)
+
+
+class Request:
+    """One inference request.
+
+    ``prompt_len`` and ``output_len`` are token counts; ``output_len`` is the
+    number of tokens the request will generate (known to the simulator, not to
+    a realistic policy). ``num_output_tokens`` counts tokens generated so far;
+    policies that advance many requests at once may keep it lazily and write it
+    back when the request leaves the batch.
+    """
+
+    __slots__ = (
+        "_batch_seq",
+        "_done_at",
+        "arrival",
+        "deadline",
+        "finish",
+        "first_scheduled",
+        "first_token",
+        "id",
+        "last_token",
+        "name",
+        "num_computed_tokens",
+        "num_output_tokens",
+        "num_preemptions",
+        "output_len",
+        "priority",
+        "prompt_len",
+        "reason",
+        "slot",
+        "state",
+        "tenant",
+    )
+
+    def __init__(
+        self,
+        id: int,
+        arrival: float,
+        prompt_len: int,
+        output_len: int,
+        name: str | None = None,
+        priority: int = 0,
+        tenant: str | None = None,
+        deadline: float | None = None,
+    ) -> None:
+        self.id = id
+        self.name = name
+        self.arrival = arrival
+        self.prompt_len = prompt_len
+        self.output_len = output_len
+        self.priority = priority
+        self.tenant = tenant
+        self.deadline = deadline
+        self.state = RequestState.WAITING
+        self.reason: str | None = None
+        self.num_output_tokens = 0
+        self.num_computed_tokens = 0
+        self.num_preemptions = 0
+        self.first_scheduled: float | None = None
+        self.first_token: float | None = None
+        self.last_token: float | None = None
+        self.finish: float | None = None
+        self.slot = -1
+        self._batch_seq = -1
+        self._done_at = 0
+
+    @property
+    def label(self) -> str:
+        """The request's name if the workload gave one, else its numeric id."""
+        return self.name if self.name is not None else str(self.id)
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.label}, arrival={self.arrival:g}, prompt={self.prompt_len}, "
+            f"output={self.output_len}, state={self.state.name})"
+        )

@@ -1,0 +1,297 @@
+"""Scenario files: YAML -> validated, runnable configuration.
+
+A scenario names a workload, an engine (latency model), a policy, metric
+options and optionally several *variants*: each variant is a set of
+overrides of the base scenario, and all variants run on the same requests
+(the same seed), so their differences come from the overrides alone.
+
+Everything is validated on load. A mistake is a :class:`ScenarioError` with
+the file and the dotted field (``workload.arrival.rate: Input should be
+greater than 0 (got -1)``).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field
+
+from orcasim import registry
+from orcasim.errors import ScenarioError
+from orcasim.params import ComponentParams
+from orcasim.spec import Spec, build_spec, validate_params
+
+
+class SLO(ComponentParams):
+    """Per-request latency bounds, seconds; a finished request within all given bounds is good."""
+
+    ttft: float | None = Field(None, gt=0)
+    tpot: float | None = Field(None, gt=0)
+    e2e: float | None = Field(None, gt=0)
+
+
+class MetricsOptions(ComponentParams):
+    slo: SLO | None = None
+
+
+class OutputOptions(ComponentParams):
+    plots: bool = Field(True, description="write PNG plots with `orcasim run --out`")
+    gantt_requests: int = Field(60, gt=0, description="requests drawn in the lifetime Gantt chart")
+    series_capacity: int = Field(4096, ge=16, description="rows kept in the per-step series")
+
+
+class EngineOptions(ComponentParams):
+    latency: Any = Field(default_factory=lambda: {"type": "linear"})
+
+
+class ScenarioModel(ComponentParams):
+    """The top level of a scenario file."""
+
+    name: str = "scenario"
+    description: str = ""
+    seed: int = Field(0, ge=0)
+    workload: Any
+    engine: EngineOptions = Field(default_factory=EngineOptions)
+    policy: Any
+    metrics: MetricsOptions = Field(default_factory=MetricsOptions)
+    output: OutputOptions = Field(default_factory=OutputOptions)
+    variants: dict[str, dict[str, Any] | None] | None = None
+
+
+@dataclass(frozen=True)
+class VariantConfig:
+    """One runnable configuration: the scenario with one variant's overrides applied."""
+
+    name: str
+    seed: int
+    workload: Spec
+    latency: Spec
+    policy: Spec
+    metrics: MetricsOptions
+    output: OutputOptions
+    raw: dict[str, Any] = field(repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved configuration, every default filled in."""
+        return {
+            "seed": self.seed,
+            "workload": self.workload.to_dict(),
+            "engine": {"latency": self.latency.to_dict()},
+            "policy": self.policy.to_dict(),
+            "metrics": self.metrics.model_dump(),
+        }
+
+
+class Scenario:
+    """A loaded, validated scenario. Immutable: :meth:`override` returns a new one."""
+
+    def __init__(
+        self,
+        raw: dict[str, Any],
+        source: str = "<scenario>",
+        overrides: list[tuple[str, Any]] | None = None,
+    ) -> None:
+        self.source = source
+        self.overrides: list[tuple[str, Any]] = list(overrides or [])
+        self._raw0 = copy.deepcopy(raw)
+        self.raw = copy.deepcopy(raw)  # with the overrides applied
+        try:
+            for path, value in self.overrides:
+                set_path(self.raw, path, value)
+            self.model: ScenarioModel = validate_params(ScenarioModel, self.raw, "")  # type: ignore[assignment]
+            self.variants: list[VariantConfig] = self._resolve()
+        except ScenarioError as err:
+            raise ScenarioError(err.field, err.message, source) from None
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+    @property
+    def seed(self) -> int:
+        return self.model.seed
+
+    @property
+    def variant_names(self) -> list[str]:
+        return [v.name for v in self.variants]
+
+    def variant(self, name: str) -> VariantConfig:
+        for v in self.variants:
+            if v.name == name:
+                return v
+        raise KeyError(f"no variant {name!r} (have: {', '.join(self.variant_names)})")
+
+    def override(self, overrides: dict[str, Any] | list[str] | None = None, **kw: Any) -> Scenario:
+        """A copy with dotted-path overrides applied.
+
+        ``overrides`` is ``{"policy.max_batch": 16}`` or ``["policy.max_batch=16"]``
+        (values parsed as YAML); keyword arguments are top-level fields
+        (``seed=3``). A path outside ``variants.`` applies to every variant,
+        after the variant's own overrides; ``variants.NAME.field`` targets one.
+        """
+        items: list[tuple[str, Any]] = []
+        if isinstance(overrides, dict):
+            items += list(overrides.items())
+        elif overrides:
+            items += [parse_assignment(s) for s in overrides]
+        items += list(kw.items())
+        return Scenario(self._raw0, self.source, self.overrides + items)
+
+    def _resolve(self) -> list[VariantConfig]:
+        base = {k: v for k, v in self.raw.items() if k != "variants"}
+        common = [(p, v) for p, v in self.overrides if not p.startswith("variants.")]
+        variants = self.model.variants
+        if not variants:
+            return [_variant(_policy_type(base.get("policy")), base, "")]
+        out = []
+        for name, over in variants.items():
+            merged = merge(base, expand_dotted(over or {}))
+            for path, value in common:
+                set_path(merged, path, value)
+            out.append(_variant(name, merged, f"variants.{name}: "))
+        return out
+
+    def __repr__(self) -> str:
+        return f"Scenario({self.name!r}, variants={self.variant_names}, seed={self.seed})"
+
+
+def _policy_type(policy: Any) -> str:
+    if isinstance(policy, str):
+        return policy
+    if isinstance(policy, dict) and isinstance(policy.get("type"), str):
+        return policy["type"]
+    return "default"
+
+
+def _variant(name: str, raw: dict[str, Any], where: str) -> VariantConfig:
+    try:
+        model: ScenarioModel = validate_params(ScenarioModel, raw, "")  # type: ignore[assignment]
+        return VariantConfig(
+            name=name,
+            seed=model.seed,
+            workload=build_spec(registry.workloads, model.workload, "workload"),
+            latency=build_spec(registry.latency_models, model.engine.latency, "engine.latency"),
+            policy=build_spec(registry.policies, model.policy, "policy"),
+            metrics=model.metrics,
+            output=model.output,
+            raw=raw,
+        )
+    except ScenarioError as err:
+        raise ScenarioError(f"{where}{err.field}" if where else err.field, err.message) from None
+
+
+def merge(base: Any, over: Any) -> Any:
+    """Deep-merge ``over`` into a copy of ``base``.
+
+    Mappings merge key by key, except that a mapping whose ``type`` changes is
+    replaced whole (another component's parameters do not carry over).
+    """
+    if not (isinstance(base, dict) and isinstance(over, dict)):
+        return copy.deepcopy(over)
+    if "type" in over and base.get("type") != over["type"]:
+        return copy.deepcopy(over)
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = merge(out[k], v) if k in out else copy.deepcopy(v)
+    return out
+
+
+def expand_dotted(d: dict[str, Any]) -> dict[str, Any]:
+    """``{"policy.max_batch": 8}`` -> ``{"policy": {"max_batch": 8}}`` (recursively)."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        v = expand_dotted(v) if isinstance(v, dict) else v
+        parts = str(k).split(".")
+        node = out
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        leaf = parts[-1]
+        node[leaf] = merge(node[leaf], v) if leaf in node else v
+    return out
+
+
+def set_path(raw: dict[str, Any], path: str, value: Any) -> None:
+    """Set ``raw[a][b][c] = value`` for ``path = "a.b.c"``, creating mappings as needed."""
+    parts = path.split(".")
+    node = raw
+    for i, p in enumerate(parts[:-1]):
+        nxt = node.get(p)
+        if isinstance(nxt, str) and i == len(parts) - 2 and p in ("policy", "latency"):
+            nxt = {"type": nxt}
+        if nxt is None:
+            nxt = {}
+        if not isinstance(nxt, dict):
+            raise ScenarioError(
+                ".".join(parts[: i + 1]), "is not a mapping; cannot set a field in it"
+            )
+        node[p] = nxt
+        node = nxt
+    node[parts[-1]] = value
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """``"policy.max_batch=16"`` -> ``("policy.max_batch", 16)``; the value is parsed as YAML."""
+    if "=" not in text:
+        raise ScenarioError(text, "an override must look like field.path=value")
+    path, _, value = text.partition("=")
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else None
+    except yaml.YAMLError:
+        parsed = value
+    return path.strip(), parsed
+
+
+def builtin_scenarios() -> list[str]:
+    """Names of the scenarios shipped with orcasim."""
+    root = resources.files("orcasim.scenarios")
+    return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+DEFAULT_SCENARIO = "seed_orca"
+
+
+def load_scenario(
+    path: str | Path | None = None, overrides: dict[str, Any] | list[str] | None = None
+) -> Scenario:
+    """Load a scenario file, or a built-in one by name (default: the seed study).
+
+    ``overrides`` are applied before validation (see :meth:`Scenario.override`).
+    """
+    if path is None:
+        path = DEFAULT_SCENARIO
+    p = Path(path)
+    if p.suffix not in (".yaml", ".yml") and not p.exists():
+        res = resources.files("orcasim.scenarios") / f"{p.name}.yaml"
+        if not res.is_file():
+            raise ScenarioError(
+                "", f"no such scenario file or built-in scenario (built-in: "
+                f"{', '.join(builtin_scenarios())})", str(path)
+            )
+        text, source = res.read_text(encoding="utf-8"), f"{p.name}.yaml"
+    else:
+        try:
+            text, source = p.read_text(encoding="utf-8"), str(path)
+        except OSError as err:
+            raise ScenarioError("", f"cannot read: {err.strerror}", str(path)) from None
+    raw = parse_yaml(text, source)
+    sc = Scenario(raw, source)
+    return sc.override(overrides) if overrides else sc
+
+
+def parse_yaml(text: str, source: str) -> dict[str, Any]:
+    """Parse scenario YAML; syntax errors name the line."""
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ScenarioError(where, f"invalid YAML: {problem}", source) from None
+    if not isinstance(raw, dict):
+        raise ScenarioError("", "a scenario must be a YAML mapping", source)
+    return raw

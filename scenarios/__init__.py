@@ -1,0 +1,1 @@
+"""Scenario files shipped with orcasim (installed as the package ``orcasim.scenarios``)."""
