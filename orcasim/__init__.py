@@ -14,7 +14,7 @@ from orcasim import latency, policies, workload  # noqa: F401  (register built-i
 from orcasim.errors import OrcasimError, ScenarioError, SimulationError
 from orcasim.metrics.results import Results, VariantResult
 from orcasim.plan import StepPlan
-from orcasim.policies.base import DecodeOnlyPolicy, Policy, PolicyParams
+from orcasim.policies.base import DecodeOnlyPolicy, Policy, PolicyParams, TokenPolicy
 from orcasim.registry import latency_models, lengths, workloads
 from orcasim.registry import policies as policy_registry
 from orcasim.request import Request, RequestState
@@ -37,6 +37,7 @@ __all__ = [
     "ScenarioError",
     "SimulationError",
     "StepPlan",
+    "TokenPolicy",
     "VariantResult",
     "__version__",
     "builtin_scenarios",

@@ -5,42 +5,20 @@
     orcasim scenarios
     orcasim policies
 
-A user mistake prints one line, ``orcasim: error: ...``, and exits non-zero
-(2 for a bad scenario); it never prints a traceback.
+Each subcommand lives in its own module under :mod:`orcasim.commands`. A user
+mistake prints one line, ``orcasim: error: ...``, and exits non-zero (2 for a
+bad scenario); it never prints a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
+from orcasim.commands import COMMANDS
 from orcasim.errors import OrcasimError
-
-TABLE_METRICS = [
-    "num_requests",
-    "num_finished",
-    "num_rejected",
-    "num_aborted",
-    "throughput_tok_s",
-    "requests_per_s",
-    "goodput_req_s",
-    "queue_delay_p50",
-    "queue_delay_p99",
-    "ttft_p50",
-    "ttft_p99",
-    "tpot_p50",
-    "tpot_p99",
-    "itl_p50",
-    "itl_p99",
-    "e2e_p50",
-    "e2e_p99",
-    "makespan_s",
-    "num_steps",
-    "mean_batch_size",
-    "slot_utilisation",
-]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -48,90 +26,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="orcasim", description="Discrete-event simulation of LLM inference serving."
     )
     sub = p.add_subparsers(dest="command", required=True)
-
-    r = sub.add_parser("run", help="run a scenario's variants and compare them")
-    r.add_argument("scenario", nargs="?", default=None,
-                   help="scenario YAML file or built-in name (default: seed_orca)")
-    r.add_argument("--out", type=Path, default=None,
-                   help="output directory (default: orcasim-out/<scenario name>)")
-    r.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
-    r.add_argument("--steps", action="store_true",
-                   help="print the per-step schedule and write steps.csv")
-    r.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
-                   help="override a scenario field, e.g. --set policy.max_batch=16 (repeatable)")
-    r.add_argument("--variant", dest="variants", action="append", default=None, metavar="NAME",
-                   help="run only this variant (repeatable)")
-    r.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
-
-    v = sub.add_parser("validate", help="check a scenario file and print its resolved variants")
-    v.add_argument("scenario")
-    v.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE")
-
-    sub.add_parser("scenarios", help="list the built-in scenarios")
-    sub.add_parser("policies", help="list the registered scheduling policies")
+    for name in COMMANDS:
+        importlib.import_module(name).register(sub)
     return p
-
-
-def _cmd_run(args: argparse.Namespace) -> int:
-    from orcasim.scenario import load_scenario
-    from orcasim.simulation import simulate
-
-    sc = load_scenario(args.scenario, args.overrides or None)
-    if args.variants:
-        for name in args.variants:
-            if name not in sc.variant_names:
-                raise OrcasimError(f"no variant {name!r} in {sc.source} "
-                                   f"(have: {', '.join(sc.variant_names)})")
-    seed = sc.seed if args.seed is None else args.seed
-    print(f"scenario {sc.name} ({sc.source}), seed {seed}, variants: {', '.join(sc.variant_names)}")
-    res = simulate(sc, seed, variants=args.variants, trace_steps=args.steps)
-    if args.steps:
-        for name, v in res.items():
-            s = v.summary
-            used = int(s["seq_steps"])
-            line = f"\n{name}: {int(s['num_steps'])} steps"
-            if "slot_utilisation" in s:
-                slots = int(s["num_steps"]) * int(v.config.policy.params.max_batch)
-                line += f", slot utilisation {used}/{slots}"
-            print(line)
-            print(v.format_steps())
-        print()
-    metrics = [m for m in TABLE_METRICS if any(m in v.summary for v in res.values())]
-    print(res.table(metrics))
-    out = args.out if args.out is not None else Path("orcasim-out") / sc.name
-    written = res.write(out, plots=not args.no_plots)
-    print(f"\nwrote {len(written)} files to {out}/: {', '.join(p.name for p in written)}")
-    return 0
-
-
-def _cmd_validate(args: argparse.Namespace) -> int:
-    import json
-
-    from orcasim.scenario import load_scenario
-
-    sc = load_scenario(args.scenario, args.overrides or None)
-    print(f"{sc.source}: ok, {len(sc.variants)} variant(s)")
-    for v in sc.variants:
-        print(f"--- {v.name}")
-        print(json.dumps(v.to_dict(), indent=2))
-    return 0
-
-
-def _cmd_scenarios(args: argparse.Namespace) -> int:
-    from orcasim.scenario import builtin_scenarios, load_scenario
-
-    for name in builtin_scenarios():
-        print(f"{name:<24} {load_scenario(name).model.description}")
-    return 0
-
-
-def _cmd_policies(args: argparse.Namespace) -> int:
-    from orcasim.registry import policies
-
-    for name, cls in policies:
-        doc = (cls.__doc__ or "").strip().splitlines()
-        print(f"{name:<16} {doc[0] if doc else ''}")
-    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -139,14 +36,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     import orcasim  # noqa: F401  (registers the built-in components)
 
-    handlers = {
-        "run": _cmd_run,
-        "validate": _cmd_validate,
-        "scenarios": _cmd_scenarios,
-        "policies": _cmd_policies,
-    }
     try:
-        return handlers[args.command](args)
+        return int(args.handler(args))
     except OrcasimError as err:
         print(f"orcasim: error: {err}", file=sys.stderr)
         return err.exit_code

@@ -30,6 +30,7 @@ class SchedulerContext:
         self.recorder = recorder
         self.waiting: deque[Request] = deque()
         self.source: OpenLoopSource | None = None
+        self.last_step_end = 0.0  # end time of the engine's most recent step
         self._arrival: simpy.Event | None = None
 
     @property

@@ -78,6 +78,7 @@ class Engine:
             t1 = env.now
             busy += dt
             policy.complete_step(plan, t0, t1)
+            ctx.last_step_end = t1
             if labels is not None:
                 rec.record_batch(t0, t1, labels)
             record_step(t0, t1, plan.num_seqs, plan.num_tokens, num_waiting, t1 - prev_end,

@@ -91,6 +91,11 @@ class Request:
         self._done_at = 0
 
     @property
+    def num_tokens(self) -> int:
+        """Known tokens: prompt plus generated (an empty prompt counts as one start token)."""
+        return (self.prompt_len or 1) + self.num_output_tokens
+
+    @property
     def label(self) -> str:
         """The request's name if the workload gave one, else its numeric id."""
         return self.name if self.name is not None else str(self.id)

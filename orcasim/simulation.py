@@ -44,7 +44,7 @@ def run_variant(
     OpenLoopSource(env, ctx, arrays)
     engine = Engine(env, ctx, policy, latency)
     env.run()
-    left = len(ctx.waiting) + sum(1 for _ in policy.running())
+    left = len(ctx.waiting) + sum(1 for _ in policy.running_requests())
     if left or rec.num_recorded != rec.num_arrived or rec.num_arrived != len(arrays):
         raise SimulationError(
             f"variant {cfg.name!r}: the run stalled at t={env.now:.6g} with {len(ctx.waiting)} "

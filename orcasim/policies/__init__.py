@@ -1,6 +1,13 @@
 """Scheduling policies. Each lives in one file and registers itself with one decorator."""
 
 from orcasim.policies import continuous, static
-from orcasim.policies.base import DecodeOnlyPolicy, Policy, PolicyParams
+from orcasim.policies.base import DecodeOnlyPolicy, Policy, PolicyParams, TokenPolicy
 
-__all__ = ["DecodeOnlyPolicy", "Policy", "PolicyParams", "continuous", "static"]
+__all__ = [
+    "DecodeOnlyPolicy",
+    "Policy",
+    "PolicyParams",
+    "TokenPolicy",
+    "continuous",
+    "static",
+]

@@ -49,14 +49,14 @@ class Policy:
         """
         raise NotImplementedError
 
-    def running(self) -> Iterable[Request]:
+    def running_requests(self) -> Iterable[Request]:
         """Requests currently holding a place in the batch."""
         raise NotImplementedError
 
     def batch_labels(self, plan: StepPlan) -> tuple[str | None, ...]:
         """Labels of the requests in ``plan`` by slot, ``None`` for an empty slot (for tables)."""
         if plan.scheduled is None:
-            return tuple(r.label for r in self.running())
+            return tuple(r.label for r in self.running_requests())
         return tuple(r.label for r, _ in plan.scheduled)
 
 
@@ -112,8 +112,81 @@ class DecodeOnlyPolicy(Policy):
             for req in finished:
                 finish(req, t_end)
 
-    def running(self) -> Iterable[Request]:
+    def running_requests(self) -> Iterable[Request]:
         return iter(self.batch)
 
     def batch_labels(self, plan: StepPlan) -> tuple[str | None, ...]:
         return tuple(None if r is None else r.label for r in self.batch.slot_view())
+
+
+class TokenPolicy(Policy):
+    """Policies that give each scheduled request a number of tokens per step (vLLM's rule).
+
+    A request's *known* tokens (``req.num_tokens``) are its prompt plus the
+    tokens it has generated.
+    Each step a scheduled request computes ``n`` more of them
+    (``num_computed_tokens += n``); a step that brings it level with its known
+    tokens samples one new token. So a prefill can be split into chunks, a
+    prefix-cache hit starts ``num_computed_tokens`` above zero, and a request
+    preempted by recompute starts again from zero and emits its next token once
+    it has recomputed prompt and generated tokens. Decoding is ``n = 1``.
+
+    Subclasses keep ``self.running`` (the batch, in the order they schedule it)
+    and implement :meth:`next_step`, building the plan with :meth:`make_plan`.
+    Finished requests are removed from ``self.running`` and passed to
+    :meth:`release` (free their memory there) before they are recorded.
+    """
+
+    def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
+        super().__init__(params, ctx)
+        self.running: list[Request] = []
+
+    def make_plan(self, scheduled: list[tuple[Request, int]]) -> StepPlan:
+        """A plan running ``scheduled`` ``(request, num_tokens)`` pairs, with its cost aggregates.
+
+        Decode tokens are single tokens that compute a request's newest
+        generated token; every other scheduled token counts as prefill. KV
+        tokens are the tokens already computed (the context the step reads).
+        """
+        kv = prefill = decode = 0
+        for req, n in scheduled:
+            c = req.num_computed_tokens
+            kv += c
+            if n == 1 and req.num_output_tokens > 0 and c == req.num_tokens - 1:
+                decode += 1
+            else:
+                prefill += n
+        return StepPlan(len(scheduled), kv, prefill, decode, scheduled)
+
+    def complete_step(self, plan: StepPlan, t_start: float, t_end: float) -> None:
+        ctx = self.ctx
+        prev_end = ctx.last_step_end
+        record_itl = ctx.recorder.record_itl
+        bulk = 0
+        finished: list[Request] = []
+        for req, n in plan.scheduled or ():
+            req.num_computed_tokens += n
+            if req.num_computed_tokens >= req.num_tokens:
+                if req.num_output_tokens == 0:
+                    req.first_token = t_end
+                elif req.last_token == prev_end:
+                    bulk += 1
+                else:
+                    record_itl(t_end - req.last_token)  # type: ignore[operator]
+                req.num_output_tokens += 1
+                req.last_token = t_end
+                if req.num_output_tokens >= req.output_len:
+                    finished.append(req)
+        plan.num_itl_tokens = bulk
+        if finished:
+            done = set(map(id, finished))
+            self.running = [r for r in self.running if id(r) not in done]
+            for req in finished:
+                self.release(req)
+                ctx.finish(req, t_end)
+
+    def release(self, req: Request) -> None:
+        """Hook: ``req`` finished and left the batch (free its KV blocks here)."""
+
+    def running_requests(self) -> Iterable[Request]:
+        return iter(self.running)

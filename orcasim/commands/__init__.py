@@ -1,0 +1,12 @@
+"""Subcommands of the ``orcasim`` command line, one module each.
+
+A command module defines ``register(subparsers)``, which adds its parser and
+sets ``handler`` to a function ``(args) -> exit status``. Add a module to
+:data:`COMMANDS` to make it available.
+"""
+
+COMMANDS = [
+    "orcasim.commands.run",
+    "orcasim.commands.validate",
+    "orcasim.commands.listing",
+]

@@ -1,0 +1,84 @@
+"""``orcasim run``: run a scenario's variants, print a comparison, write results and plots."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from orcasim.errors import OrcasimError
+
+TABLE_METRICS = [
+    "num_requests",
+    "num_finished",
+    "num_rejected",
+    "num_aborted",
+    "throughput_tok_s",
+    "requests_per_s",
+    "goodput_req_s",
+    "queue_delay_p50",
+    "queue_delay_p99",
+    "ttft_p50",
+    "ttft_p99",
+    "tpot_p50",
+    "tpot_p99",
+    "itl_p50",
+    "itl_p99",
+    "e2e_p50",
+    "e2e_p99",
+    "makespan_s",
+    "num_steps",
+    "mean_batch_size",
+    "slot_utilisation",
+]
+
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    r = sub.add_parser("run", help="run a scenario's variants and compare them")
+    r.add_argument("scenario", nargs="?", default=None,
+                   help="scenario YAML file or built-in name (default: seed_orca)")
+    r.add_argument("--out", type=Path, default=None,
+                   help="output directory (default: orcasim-out/<scenario name>)")
+    r.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
+    r.add_argument("--steps", action="store_true",
+                   help="print the per-step schedule and write steps.csv")
+    r.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override a scenario field, e.g. --set policy.max_batch=16 (repeatable)")
+    r.add_argument("--variant", dest="variants", action="append", default=None, metavar="NAME",
+                   help="run only this variant (repeatable)")
+    r.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
+    r.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from orcasim.scenario import load_scenario
+    from orcasim.simulation import simulate
+
+    sc = load_scenario(args.scenario, args.overrides or None)
+    if args.variants:
+        for name in args.variants:
+            if name not in sc.variant_names:
+                raise OrcasimError(f"no variant {name!r} in {sc.source} "
+                                   f"(have: {', '.join(sc.variant_names)})")
+    seed = sc.seed if args.seed is None else args.seed
+    print(f"scenario {sc.name} ({sc.source}), seed {seed}, variants: {', '.join(sc.variant_names)}")
+    res = simulate(sc, seed, variants=args.variants, trace_steps=args.steps)
+    if args.steps:
+        for name, v in res.items():
+            s = v.summary
+            used = int(s["seq_steps"])
+            line = f"\n{name}: {int(s['num_steps'])} steps"
+            if "slot_utilisation" in s:
+                slots = int(s["num_steps"]) * int(v.config.policy.params.max_batch)
+                line += f", slot utilisation {used}/{slots}"
+            print(line)
+            print(v.format_steps())
+        print()
+    metrics = [m for m in TABLE_METRICS if any(m in v.summary for v in res.values())]
+    print(res.table(metrics))
+    out = args.out if args.out is not None else Path("orcasim-out") / sc.name
+    written = res.write(out, plots=not args.no_plots)
+    print(f"\nwrote {len(written)} files to {out}/: {', '.join(p.name for p in written)}")
+    return 0
+
+

@@ -1,0 +1,135 @@
+"""BlockPool: counts, free-queue order, prefix cache revival and eviction, invariants."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orcasim.kv import BlockHasher, BlockPool
+
+
+def ids(blocks):
+    return [b.block_id for b in blocks]
+
+
+def test_allocate_free_order_and_null_block():
+    pool = BlockPool(6, 4, null_block=True)
+    assert pool.num_free_blocks == 5 and pool.null_block.block_id == 0
+    a = pool.get_new_blocks(3)
+    assert ids(a) == [1, 2, 3]
+    assert pool.get_new_blocks(3) is None  # failure is a value, and changes nothing
+    assert pool.num_free_blocks == 2
+    pool.free_blocks(reversed(a))  # tail first: block 3 will be evicted first
+    assert ids(pool.free_queue) == [4, 5, 3, 2, 1]
+    pool.check()
+
+
+def test_prefix_cache_revive_and_lru_eviction():
+    pool = BlockPool(4, 2)
+    h = BlockHasher()
+    hashes = h.chain(["p0", "p1"])
+    a = pool.get_new_blocks(2)
+    for blk, hsh in zip(a, hashes, strict=True):
+        pool.cache_block(blk, hsh)
+    pool.free_blocks(reversed(a))
+    assert pool.num_cached_blocks == 2 and pool.num_free_blocks == 4
+    # a second request with the same prefix revives both from the middle of the queue
+    hit = [pool.get_cached_block(x) for x in h.chain(["p0", "p1"])]
+    assert ids(hit) == ids(a)
+    pool.touch(hit)
+    assert pool.num_free_blocks == 2 and all(b.ref_cnt == 1 for b in hit)
+    pool.free_blocks(reversed(hit))
+    # new allocations take uncached blocks first, then evict the least recently freed
+    new = pool.get_new_blocks(3)
+    assert ids(new) == [2, 3, ids(a)[1]]
+    assert pool.get_cached_block(hashes[1]) is None and pool.get_cached_block(hashes[0]) is a[0]
+    assert pool.num_evictions == 1
+    pool.check()
+
+
+def test_duplicate_content_stays_cached_in_both_blocks():
+    pool = BlockPool(4, 2)
+    a, b = pool.get_new_blocks(2)
+    pool.cache_block(a, 7)
+    pool.cache_block(b, 7)
+    assert pool.num_cached_blocks == 1 and pool.get_cached_block(7) is a
+    pool.free_blocks([a, b])
+    pool.get_new_blocks(3)  # takes the two never-used blocks, then evicts a
+    assert pool.get_cached_block(7) is b
+    pool.check()
+
+
+def test_chained_hashes_depend_on_the_prefix():
+    h = BlockHasher()
+    assert h.chain(["x", "y"]) == h.chain(["x", "y"])
+    assert h.chain(["x", "y"])[1] != h.chain(["z", "y"])[1]
+
+
+def test_double_free_and_sharing_free_blocks_are_errors():
+    pool = BlockPool(3, 1)
+    (a,) = pool.get_new_blocks(1)
+    pool.free_blocks([a])
+    with pytest.raises(ValueError, match="double free"):
+        pool.free_blocks([a])
+    with pytest.raises(ValueError, match="cannot share"):
+        pool.fork([a])
+
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("alloc"), st.integers(1, 5), st.integers(0, 3)),
+        st.tuples(st.just("free"), st.integers(0, 20), st.integers(0, 0)),
+        st.tuples(st.just("fork"), st.integers(0, 20), st.integers(0, 0)),
+        st.tuples(st.just("hit"), st.integers(0, 3), st.integers(1, 5)),
+        st.tuples(st.just("evict"), st.integers(0, 0), st.integers(0, 0)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300)
+@given(OPS, st.booleans())
+def test_random_operations_keep_the_invariants(ops, null):
+    """free + held == pool size, ref counts equal the number of owning sequences."""
+    pool = BlockPool(12, 4, null_block=null)
+    seqs: list[list] = []
+    for op, x, y in ops:
+        if op == "alloc":
+            blocks = pool.get_new_blocks(x)
+            if blocks is None:
+                assert x > pool.num_free_blocks
+                continue
+            for i, b in enumerate(blocks):  # content y: prefix-shaped hashes
+                pool.cache_block(b, (y, i))
+            seqs.append(blocks)
+        elif op == "free" and seqs:
+            pool.free_blocks(reversed(seqs.pop(x % len(seqs))))
+        elif op == "fork" and seqs:
+            s = seqs[x % len(seqs)]
+            pool.fork(s)
+            seqs.append(list(s))
+        elif op == "hit":
+            found = []
+            for i in range(y):
+                b = pool.get_cached_block((x, i))
+                if b is None:
+                    break
+                found.append(b)
+            if found:
+                pool.touch(found)
+                seqs.append(found)
+        elif op == "evict":
+            pool.evict_all_cached()
+        pool.check()
+        owners: dict[int, int] = {}
+        for s in seqs:
+            for b in s:
+                owners[b.block_id] = owners.get(b.block_id, 0) + 1
+        for b in pool.blocks:
+            if b is not pool.null_block:
+                assert b.ref_cnt == owners.get(b.block_id, 0)
+    for s in seqs:
+        pool.free_blocks(reversed(s))
+    assert pool.num_free_blocks == pool.num_usable_blocks
+    pool.check()
