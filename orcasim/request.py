@@ -39,23 +39,47 @@ class Request:
         "_batch_seq",
         "_done_at",
         "arrival",
+        "beam_width",
+        "cls",
         "deadline",
         "finish",
         "first_scheduled",
         "first_token",
+        "hash_block_size",
+        "hash_ids",
         "id",
         "last_token",
+        "n",
         "name",
         "num_computed_tokens",
         "num_output_tokens",
         "num_preemptions",
         "output_len",
+        "prefix_id",
+        "prefix_len",
         "priority",
         "prompt_len",
         "reason",
+        "session",
         "slot",
         "state",
         "tenant",
+    )
+
+    #: attributes a workload may set per request (see ``WorkloadArrays.attrs``)
+    WORKLOAD_ATTRS = (
+        "name",
+        "priority",
+        "cls",
+        "tenant",
+        "deadline",
+        "n",
+        "beam_width",
+        "prefix_id",
+        "prefix_len",
+        "hash_ids",
+        "hash_block_size",
+        "session",
     )
 
     def __init__(
@@ -77,6 +101,14 @@ class Request:
         self.priority = priority
         self.tenant = tenant
         self.deadline = deadline
+        self.cls: str | None = None  # traffic / priority class name
+        self.n = 1  # parallel samples
+        self.beam_width = 1
+        self.prefix_id: str | None = None  # shares its first prefix_len prompt tokens with others
+        self.prefix_len = 0
+        self.hash_ids: list[int] | None = None  # content ids of the prompt's hash blocks
+        self.hash_block_size = 0  # tokens per hash_ids entry
+        self.session: str | None = None  # multi-turn conversation id
         self.state = RequestState.WAITING
         self.reason: str | None = None
         self.num_output_tokens = 0

@@ -43,9 +43,10 @@ class OpenLoopSource:
         self._arrival: list[float] = arrays.arrival.tolist()
         self._prompt: list[int] = arrays.prompt_len.tolist()
         self._output: list[int] = arrays.output_len.tolist()
-        self._name = arrays.name
-        self._priority = arrays.priority.tolist() if arrays.priority is not None else None
-        self._tenant = arrays.tenant
+        self._attrs = [
+            (key, col.tolist() if hasattr(col, "tolist") else list(col))
+            for key, col in arrays.attrs.items()
+        ]
         self._next = 0
         self._n = len(self._arrival)
         ctx.source = self
@@ -66,12 +67,8 @@ class OpenLoopSource:
         submit = self.ctx.submit
         while i < n and arrival[i] <= now:
             req = Request(i, arrival[i], self._prompt[i], self._output[i])
-            if self._name is not None:
-                req.name = self._name[i]
-            if self._priority is not None:
-                req.priority = self._priority[i]
-            if self._tenant is not None:
-                req.tenant = self._tenant[i]
+            for key, col in self._attrs:
+                setattr(req, key, col[i])
             i += 1
             self._next = i
             submit(req)

@@ -133,3 +133,26 @@ def test_random_operations_keep_the_invariants(ops, null):
         pool.free_blocks(reversed(s))
     assert pool.num_free_blocks == pool.num_usable_blocks
     pool.check()
+
+
+def test_block_content_keys():
+    from orcasim.kv import block_content
+    from orcasim.request import Request
+
+    a = Request(1, 0.0, 40, 8)
+    a.prefix_id, a.prefix_len = "sys", 20
+    b = Request(2, 0.0, 40, 8)
+    b.prefix_id, b.prefix_len = "sys", 24
+    # blocks fully inside both prefixes match; the one straddling a's prefix end does not
+    assert block_content(a, 8, 0) == block_content(b, 8, 0) == (("p", "sys", 0, 8),)
+    assert block_content(a, 8, 1) == block_content(b, 8, 1)
+    assert block_content(a, 8, 2) == (("p", "sys", 16, 20), ("u", 1, 20, 24))
+    assert block_content(a, 8, 2) != block_content(b, 8, 2)
+    # generated tokens: unique, or shared with a stub model's constant token
+    assert block_content(a, 8, 5) == (("o", 1, 40, 48),)
+    assert block_content(a, 8, 5, shared_output=True) == (("o", 8),)
+    # Mooncake-style hash ids of 16-token blocks, the last one partial
+    c = Request(3, 0.0, 36, 4)
+    c.hash_ids, c.hash_block_size = [11, 12, 13], 16
+    assert block_content(c, 8, 1) == (("h", 11, 8, 16),)
+    assert block_content(c, 8, 4) == (("h", 13, 0, 4), ("o", 3, 36, 40))

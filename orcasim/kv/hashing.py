@@ -12,6 +12,7 @@ distinct chains never collide, so the prefix cache is exact and deterministic.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
+from typing import Any
 
 
 class BlockHasher:
@@ -41,3 +42,54 @@ class BlockHasher:
             parent = self.block_id(parent, c)
             out.append(parent)
         return out
+
+
+def block_content(
+    req: Any, block_size: int, index: int, *, shared_output: bool = False
+) -> tuple[Hashable, ...]:
+    """The content key of block ``index`` of a request's token sequence.
+
+    Token positions ``[index * block_size, (index + 1) * block_size)`` are
+    described by runs of the request's attributes (duck-typed on
+    :class:`~orcasim.request.Request`):
+
+    - positions below ``prefix_len`` with a ``prefix_id``: the shared prefix;
+    - prompt positions covered by ``hash_ids`` (one id per ``hash_block_size``
+      tokens, as in the Mooncake traces): that hash block's tokens;
+    - other prompt positions: tokens unique to the request;
+    - positions at or after ``prompt_len``: generated tokens, unique to the
+      request, or one token value shared by every request when
+      ``shared_output`` (a stub model that always samples the same token).
+
+    Two requests get equal keys for a block exactly when they hold the same
+    tokens there; chained with :class:`BlockHasher`, equal chains mean equal
+    prefixes.
+    """
+    start = index * block_size
+    end = start + block_size
+    prompt_len: int = req.prompt_len
+    prefix_id = req.prefix_id
+    prefix_len: int = min(req.prefix_len, prompt_len) if prefix_id is not None else 0
+    hash_ids = req.hash_ids
+    hbs: int = req.hash_block_size
+    rid = req.id
+    runs: list[tuple[Hashable, ...]] = []
+    p = start
+    while p < end:
+        if p < prefix_len:
+            q = min(end, prefix_len)
+            runs.append(("p", prefix_id, p, q))
+        elif p < prompt_len and hash_ids is not None and hbs > 0 and p // hbs < len(hash_ids):
+            j = p // hbs
+            q = min(end, prompt_len, (j + 1) * hbs)
+            runs.append(("h", hash_ids[j], p - j * hbs, q - j * hbs))
+        elif p < prompt_len:
+            q = min(end, prompt_len)
+            if hash_ids is not None and hbs > 0:  # stop where the next hash block starts
+                q = min(q, max(p + 1, len(hash_ids) * hbs))
+            runs.append(("u", rid, p, q))
+        else:
+            q = end
+            runs.append(("o", q - p) if shared_output else ("o", rid, p, q))
+        p = q
+    return tuple(runs)

@@ -42,6 +42,7 @@ class Recorder:
         self._i = {c: array("q") for c in REQUEST_INT_COLUMNS}
         self._name: list[str | None] = []
         self._tenant: list[str | None] = []
+        self._cls: list[str | None] = []
         self._reason: list[str | None] = []
         self._itl_gap: list[np.ndarray] = []
         self._itl_count: list[np.ndarray] = []
@@ -69,6 +70,7 @@ class Recorder:
         i["state"].append(int(req.state))
         self._name.append(req.name)
         self._tenant.append(req.tenant)
+        self._cls.append(req.cls)
         self._reason.append(req.reason)
 
     def record_step(
@@ -133,7 +135,8 @@ class Recorder:
         for c, a in self._f.items():
             cols[c] = np.array(a, dtype=np.float64)[order]
         idx = order.tolist()
-        for c, lst in (("name", self._name), ("tenant", self._tenant), ("reason", self._reason)):
+        for c, lst in (("name", self._name), ("tenant", self._tenant), ("cls", self._cls),
+                       ("reason", self._reason)):
             cols[c] = [lst[k] for k in idx]
         return cols
 

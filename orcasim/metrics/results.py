@@ -59,6 +59,7 @@ class VariantResult:
                 "state": [_STATE_NAMES[s] for s in c["state"].tolist()],
                 "reason": c["reason"],
                 "priority": c["priority"],
+                "cls": c["cls"],
                 "tenant": c["tenant"],
                 "num_preemptions": c["num_preemptions"],
             }

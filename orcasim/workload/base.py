@@ -2,29 +2,31 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 
 from orcasim.errors import OrcasimError
 from orcasim.params import ComponentParams
+from orcasim.request import Request
 
 
 @dataclass
 class WorkloadArrays:
     """Requests as columns, sorted by arrival time (seconds from the start of the run).
 
-    ``name``, ``priority`` and ``tenant`` are optional per-request attributes;
-    ``None`` means "not set" for every request.
+    ``attrs`` holds optional per-request attributes by name, one value per
+    request (``name``, ``priority``, ``cls``, ``tenant``, ``deadline``, ``n``,
+    ``beam_width``, ``prefix_id``, ``prefix_len``, ``hash_ids``,
+    ``hash_block_size``, ``session``: see :attr:`Request.WORKLOAD_ATTRS`).
     """
 
     arrival: np.ndarray
     prompt_len: np.ndarray
     output_len: np.ndarray
-    name: list[str] | None = None
-    priority: np.ndarray | None = None
-    tenant: list[str] | None = None
+    attrs: dict[str, Sequence[Any]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.arrival)
@@ -38,6 +40,11 @@ class WorkloadArrays:
                                    f"arrival has {n}")
         if n == 0:
             raise OrcasimError(f"{source}: the workload has no requests")
+        for key, col in self.attrs.items():
+            if key not in Request.WORKLOAD_ATTRS:
+                raise OrcasimError(f"{source}: unknown request attribute {key!r}")
+            if len(col) != n:
+                raise OrcasimError(f"{source}: attribute {key} has {len(col)} rows, expected {n}")
         bad = np.flatnonzero(~np.isfinite(self.arrival) | (self.arrival < 0))
         if bad.size:
             raise OrcasimError(f"{source}: request {bad[0]}: arrival time "

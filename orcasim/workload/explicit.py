@@ -18,7 +18,11 @@ class RequestSpec(ComponentParams):
     prompt_len: int = Field(ge=0)
     output_len: int = Field(ge=1)
     priority: int = 0
+    cls: str | None = Field(None, description="traffic class, e.g. interactive or batch")
     tenant: str | None = None
+    deadline: float | None = Field(None, gt=0, description="latency target, s after arrival")
+    prefix_id: str | None = Field(None, description="requests with the same id share a prefix")
+    prefix_len: int = Field(0, ge=0, description="tokens of the shared prefix")
 
 
 @workloads.register("list")
@@ -30,13 +34,17 @@ class ListWorkload(Workload):
 
     def generate(self, rng: np.random.Generator) -> WorkloadArrays:
         reqs = sorted(self.params.requests, key=lambda r: r.arrival)
-        names = [r.name if r.name is not None else str(i) for i, r in enumerate(reqs)]
-        tenants = [r.tenant for r in reqs]
+        attrs: dict[str, list] = {
+            "name": [r.name if r.name is not None else str(i) for i, r in enumerate(reqs)],
+            "priority": [r.priority for r in reqs],
+        }
+        for key in ("cls", "tenant", "deadline", "prefix_id", "prefix_len"):
+            col = [getattr(r, key) for r in reqs]
+            if any(v not in (None, 0) for v in col):
+                attrs[key] = col
         return WorkloadArrays(
             arrival=np.array([r.arrival for r in reqs], dtype=np.float64),
             prompt_len=np.array([r.prompt_len for r in reqs], dtype=np.int64),
             output_len=np.array([r.output_len for r in reqs], dtype=np.int64),
-            name=names,
-            priority=np.array([r.priority for r in reqs], dtype=np.int64),
-            tenant=tenants if any(t is not None for t in tenants) else None,
+            attrs=attrs,
         )
