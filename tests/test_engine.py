@@ -66,3 +66,23 @@ def test_long_run_keeps_the_series_bounded():
     assert v.summary["num_steps"] > 1000
     assert len(v.series["t_start"]) <= 128
     assert v.series["num_steps"].sum() == v.summary["num_steps"]
+
+
+def test_prefill_option_charges_prompts_in_the_first_step():
+    sc = orcasim.Scenario({
+        "workload": {"type": "list", "requests": [
+            {"name": "A", "prompt_len": 10, "output_len": 2},
+            {"name": "B", "prompt_len": 4, "output_len": 1, "arrival": 0.5}]},
+        "engine": {"latency": {"type": "linear", "base": 1.0, "per_seq": 0.0, "per_token": 0.01,
+                               "per_prefill_token": 0.1}},
+        "policy": {"type": "continuous", "max_batch": 4, "prefill": True},
+    })
+    df = orcasim.simulate(sc)["continuous"].requests.set_index("name")
+    # step 1 [0, 2]: A prefill 10 -> 1 + 0.1*10; step 2 [2, 3.5]: A decode (reads 11 KV tokens),
+    # B prefill 4 -> 1 + 0.01*11 + 0.1*4
+    assert df.loc["A", "first_token"] == 2.0
+    assert df.loc["A", "finish"] == pytest.approx(3.51)
+    assert df.loc["B", "finish"] == pytest.approx(3.51)
+    sc_off = sc.override({"policy.prefill": False})
+    df = orcasim.simulate(sc_off)["continuous"].requests.set_index("name")
+    assert df.loc["A", "first_token"] == pytest.approx(1.1)  # 1 + 0.01 * 10 KV tokens

@@ -66,11 +66,18 @@ class DecodeOnlyPolicy(Policy):
     Every running request emits one token per step; a step reads the KV
     tokens (prompt + generated) of the batch. Subclasses decide only *when*
     waiting requests join the batch, in :meth:`admit`.
+
+    With ``prefill: true`` in the policy's parameters, a request's first step
+    also computes its prompt (Orca runs a prompt in the request's first
+    iteration, which emits the first token): the plan then charges those
+    tokens as prefill instead of as KV reads. Off, prompts cost only their KV
+    reads, as in the seed notebook.
     """
 
     def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
         self.batch = DecodeBatch()
+        self.prefill: bool = bool(getattr(params, "prefill", False))
         self._joined: list[Request] = []
 
     def admit(self) -> None:
@@ -91,6 +98,11 @@ class DecodeOnlyPolicy(Policy):
             if ctx.waiting:
                 self.admit()
             if batch.size:
+                joined = self._joined
+                if self.prefill and joined:
+                    fresh = sum(r.prompt_len + r.num_output_tokens for r in joined)
+                    return StepPlan(batch.size, batch.num_kv_tokens - fresh, fresh,
+                                    batch.size - len(joined))
                 return StepPlan(batch.size, batch.num_kv_tokens)
             if not ctx.waiting and ctx.arrivals_done:
                 return None

@@ -19,6 +19,7 @@ class Continuous(DecodeOnlyPolicy):
 
     class Params(PolicyParams):
         max_batch: int = Field(32, gt=0, description="sequences per step at most")
+        prefill: bool = Field(False, description="charge each prompt as prefill in its first step")
 
     def admit(self) -> None:
         waiting = self.ctx.waiting
