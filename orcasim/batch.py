@@ -113,6 +113,10 @@ class DecodeBatch:
         heapq.heappush(self._free_slots, req.slot)
         req.slot = -1
 
+    def newest(self) -> Request | None:
+        """The member that joined last (``None`` if the batch is empty)."""
+        return next(reversed(self._members.values()), None)
+
     def slot_view(self) -> list[Request | None]:
         """Members by slot index, ``None`` for an empty slot (for per-step tables)."""
         view: list[Request | None] = [None] * self._next_slot

@@ -18,6 +18,7 @@ import simpy
 from orcasim.request import Request, RequestState
 
 if TYPE_CHECKING:
+    from orcasim.kv.pool import KVPool
     from orcasim.metrics.recorder import Recorder
     from orcasim.source import OpenLoopSource
 
@@ -31,6 +32,7 @@ class SchedulerContext:
         self.waiting: deque[Request] = deque()
         self.source: OpenLoopSource | None = None
         self.last_step_end = 0.0  # end time of the engine's most recent step
+        self.kv: KVPool | None = None  # KV memory, when the scenario has a memory section
         self._arrival: simpy.Event | None = None
 
     @property

@@ -23,6 +23,7 @@ from pydantic import Field
 
 from orcasim import registry
 from orcasim.errors import ScenarioError
+from orcasim.kv.config import MemoryOptions
 from orcasim.params import ComponentParams
 from orcasim.spec import Spec, build_spec, validate_params
 
@@ -58,6 +59,7 @@ class ScenarioModel(ComponentParams):
     workload: Any
     engine: EngineOptions = Field(default_factory=EngineOptions)
     policy: Any
+    memory: MemoryOptions | None = None  # KV memory limit; none: unlimited
     metrics: MetricsOptions = Field(default_factory=MetricsOptions)
     output: OutputOptions = Field(default_factory=OutputOptions)
     variants: dict[str, dict[str, Any] | None] | None = None
@@ -75,16 +77,20 @@ class VariantConfig:
     metrics: MetricsOptions
     output: OutputOptions
     raw: dict[str, Any] = field(repr=False)
+    memory: MemoryOptions | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved configuration, every default filled in."""
-        return {
+        out = {
             "seed": self.seed,
             "workload": self.workload.to_dict(),
             "engine": {"latency": self.latency.to_dict()},
             "policy": self.policy.to_dict(),
             "metrics": self.metrics.model_dump(),
         }
+        if self.memory is not None:
+            out["memory"] = self.memory.model_dump()
+        return out
 
 
 class Scenario:
@@ -180,6 +186,7 @@ def _variant(name: str, raw: dict[str, Any], where: str) -> VariantConfig:
             metrics=model.metrics,
             output=model.output,
             raw=raw,
+            memory=model.memory,
         )
     except ScenarioError as err:
         raise ScenarioError(f"{where}{err.field}" if where else err.field, err.message) from None

@@ -15,7 +15,7 @@ import simpy
 
 from orcasim.context import SchedulerContext
 from orcasim.engine import Engine
-from orcasim.errors import SimulationError
+from orcasim.errors import ScenarioError, SimulationError
 from orcasim.metrics.recorder import Recorder
 from orcasim.metrics.results import Results, VariantResult
 from orcasim.metrics.summary import summarize
@@ -39,7 +39,15 @@ def run_variant(
     env = simpy.Environment()
     rec = Recorder(trace_steps=trace_steps, series_capacity=cfg.output.series_capacity)
     ctx = SchedulerContext(env, rec)
+    kv = None
+    if cfg.memory is not None:
+        from orcasim.kv.pool import KVPool
+
+        kv = ctx.kv = KVPool.from_options(env, cfg.memory, rec)
     policy = cfg.policy.create(ctx)
+    if kv is not None and not getattr(policy, "models_kv_memory", False):
+        raise ScenarioError("memory", f"policy {cfg.policy.type!r} does not model KV memory "
+                            "(remove the memory section, or use continuous)")
     latency = cfg.latency.create()
     OpenLoopSource(env, ctx, arrays)
     engine = Engine(env, ctx, policy, latency)
@@ -64,6 +72,8 @@ def run_variant(
         max_batch=getattr(cfg.policy.params, "max_batch", None),
         slo=slo,
     )
+    if kv is not None:
+        summary.update(kv.summary())
     return VariantResult(
         name=cfg.name,
         config=cfg,
@@ -72,6 +82,7 @@ def run_variant(
         series=rec.series_rows(),
         steps=rec.steps if trace_steps else None,
         summary=summary,
+        kv_series=rec.kv.rows() if rec.kv is not None else None,
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from orcasim.metrics.kv_series import KVSeries
 from orcasim.metrics.series import StepSeries
 from orcasim.request import Request
 
@@ -51,6 +52,7 @@ class Recorder:
         self._buf_cap = max(16, series_capacity)
         self.series = StepSeries(series_capacity)
         self.trace_steps = trace_steps
+        self.kv: KVSeries | None = None  # KV memory use per step, when the run models memory
         self.steps: list[tuple[int, float, float, tuple[str | None, ...]]] = []
 
     # -- hot path -----------------------------------------------------------

@@ -37,6 +37,7 @@ class VariantResult:
     series: dict[str, np.ndarray]
     steps: list[tuple[int, float, float, tuple[str | None, ...]]] | None
     summary: dict[str, float]
+    kv_series: dict[str, np.ndarray] | None = None  # KV memory use over time (memory runs)
 
     @property
     def requests(self) -> pd.DataFrame:
@@ -74,6 +75,15 @@ class VariantResult:
         import pandas as pd
 
         return pd.DataFrame(self.series)
+
+    @property
+    def kv_usage(self) -> pd.DataFrame | None:
+        """KV memory use over time in token slots (time-binned for long runs), if modelled."""
+        if self.kv_series is None:
+            return None
+        import pandas as pd
+
+        return pd.DataFrame(self.kv_series)
 
     @property
     def step_table(self) -> pd.DataFrame | None:
@@ -198,6 +208,15 @@ class Results(Mapping[str, VariantResult]):
         p = out / "series.csv"
         self.step_series.to_csv(p, index=False)
         written.append(p)
+        kv = [u.assign(variant=n) for n, v in self.variants.items()
+              if (u := v.kv_usage) is not None]
+        if kv:
+            import pandas as pd
+
+            p = out / "kv.csv"
+            df = pd.concat(kv, ignore_index=True)
+            df[["variant", *[c for c in df.columns if c != "variant"]]].to_csv(p, index=False)
+            written.append(p)
         steps = self.steps
         if steps is not None:
             p = out / "steps.csv"

@@ -3,25 +3,32 @@
 At every step boundary, waiting requests join the batch first come, first
 served, up to ``max_batch``; a request leaves the moment it emits its last
 token, and its slot is refilled at the next boundary.
+
+With a ``memory`` section in the scenario, a request also needs its KV
+memory to join, and running requests that need a block they cannot get are
+preempted (see :mod:`orcasim.policies.memory`).
 """
 
 from __future__ import annotations
 
 from pydantic import Field
 
-from orcasim.policies.base import DecodeOnlyPolicy, PolicyParams
+from orcasim.policies.memory import KVDecodePolicy, KVPolicyParams
 from orcasim.registry import policies
 
 
 @policies.register("continuous")
-class Continuous(DecodeOnlyPolicy):
+class Continuous(KVDecodePolicy):
     """Admit FCFS at every step boundary while the batch has a free slot."""
 
-    class Params(PolicyParams):
+    class Params(KVPolicyParams):
         max_batch: int = Field(32, gt=0, description="sequences per step at most")
         prefill: bool = Field(False, description="charge each prompt as prefill in its first step")
 
     def admit(self) -> None:
+        if self.kv is not None:
+            self.admit_fcfs()
+            return
         waiting = self.ctx.waiting
         room = self.params.max_batch - self.batch.size
         while waiting and room > 0:

@@ -1,0 +1,260 @@
+"""``KVPool``: the GPU's KV memory as a SimPy resource, shared by a policy through ``ctx.kv``.
+
+Like a SimPy container of blocks: a policy that cannot admit a request for
+lack of memory waits for an event instead of polling.
+
+- ``yield kv.freed`` resumes the next time memory is released (a request
+  finished or was preempted, blocks were returned): the event's value is the
+  number of free units (blocks, or slots for a reservation allocator).
+- ``blocks = yield kv.get(n)`` takes ``n`` raw blocks from a paged pool as
+  soon as they are free (first come, first served); ``kv.put(blocks)`` returns
+  them. Memory held this way counts as allocated.
+
+Requests' own memory goes through :meth:`admit`, :meth:`grow` and
+:meth:`release` (the allocator's operations, plus the events), swapping
+through :meth:`swap_out` and :meth:`swap_in`: a swapped-out request holds CPU
+blocks, bounded by the swap space, and moving them costs ``bytes /
+pcie_bandwidth`` seconds, which the policy charges.
+
+:meth:`observe` records one step's memory state in the recorder's KV series;
+:meth:`summary` turns the series and the counters into summary metrics.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+from orcasim.kv.allocators import make_allocator
+from orcasim.kv.block_pool import Block
+from orcasim.kv.config import MemoryLayout, MemoryOptions, resolve
+from orcasim.metrics.kv_series import KVSeries
+from orcasim.request import Request
+
+if TYPE_CHECKING:
+    from orcasim.metrics.recorder import Recorder
+
+
+class KVGet(simpy.Event):
+    """A request for ``n`` blocks; succeeds with the list of blocks when they are free."""
+
+    def __init__(self, pool: KVPool, n: int) -> None:
+        super().__init__(pool.env)
+        if n < 1:
+            raise ValueError('"n" must be > 0.')
+        self.n = n
+        pool._getters.append(self)
+        pool._serve()
+
+
+class KVPool:
+    """KV memory of one engine: an allocator, swap space, wait events and counters."""
+
+    def __init__(self, env: simpy.Environment, layout: MemoryLayout,
+                 recorder: Recorder | None = None) -> None:
+        self.env = env
+        self.layout = layout
+        self.alloc = make_allocator(layout)
+        self.paged: bool = self.alloc.paged
+        self.capacity = self.alloc.capacity  # token slots
+        self.block_size = layout.block_size
+        self._freed: simpy.Event | None = None
+        self._getters: deque[KVGet] = deque()
+        self._swapped: dict[int, int] = {}  # request id -> CPU blocks
+        self.num_swap_blocks_used = 0
+        self.peak_allocated = 0
+        # counters reported in the summary
+        self.num_preemptions = 0
+        self.num_recomputed_tokens = 0
+        self.num_swap_outs = 0
+        self.num_swap_ins = 0
+        self.swapped_bytes = 0
+        self.swap_time = 0.0
+        self.series: KVSeries | None = None
+        if recorder is not None:
+            self.series = recorder.kv = KVSeries(recorder.series.capacity)
+
+    @classmethod
+    def from_options(cls, env: simpy.Environment, opts: MemoryOptions,
+                     recorder: Recorder | None = None) -> KVPool:
+        return cls(env, resolve(opts), recorder)
+
+    # -- events -------------------------------------------------------------
+    @property
+    def freed(self) -> simpy.Event:
+        """An event that fires the next time memory is released (a fresh one after each)."""
+        ev = self._freed
+        if ev is None:
+            ev = self._freed = self.env.event()
+        return ev
+
+    def get(self, n: int) -> KVGet:
+        """An event that takes ``n`` blocks when they are free (FIFO with other gets)."""
+        return KVGet(self, n)
+
+    def put(self, blocks: list[Block]) -> None:
+        """Return blocks taken with :meth:`get`."""
+        self.alloc.put_blocks(blocks)
+        self._released()
+
+    def _serve(self) -> None:
+        getters = self._getters
+        while getters:
+            g = getters[0]
+            blocks = self.alloc.take_blocks(g.n)
+            if blocks is None:
+                break  # head of line: later gets wait behind it
+            getters.popleft()
+            self._note_peak()
+            g.succeed(blocks)
+
+    def _released(self) -> None:
+        if self._getters:
+            self._serve()
+        ev = self._freed
+        if ev is not None:
+            self._freed = None
+            ev.succeed(self.alloc.free_units)
+
+    def _note_peak(self) -> None:
+        a = self.alloc.allocated_slots
+        if a > self.peak_allocated:
+            self.peak_allocated = a
+
+    # -- requests' memory -----------------------------------------------------
+    @property
+    def capacity_units(self) -> int:
+        """Blocks (paged) or slots (reservation) the whole pool holds."""
+        return self.alloc.capacity_units
+
+    @property
+    def free_units(self) -> int:
+        return self.alloc.free_units
+
+    def need(self, req: Request) -> int:
+        """Units ``req`` needs to run now (blocks for its tokens, or its reservation)."""
+        return self.alloc.need(req)
+
+    def too_long(self, req: Request) -> bool:
+        """True if ``req``'s prompt + output exceeds ``max_model_len``."""
+        m = self.layout.max_model_len
+        return m is not None and max(req.prompt_len, 1) + req.output_len > m
+
+    def admit(self, req: Request, keep_free: int = 0) -> bool:
+        """Give ``req`` memory for its known tokens (or its reservation); False if none fits."""
+        if self._getters or not self.alloc.admit(req, keep_free):
+            return False
+        self._note_peak()
+        return True
+
+    def grow(self, req: Request, num_tokens: int) -> bool:
+        """Extend ``req`` to ``num_tokens`` known tokens (paged); False if no block is free."""
+        if not self.alloc.grow(req, num_tokens):
+            return False
+        self._note_peak()
+        return True
+
+    def release(self, req: Request) -> int:
+        """Free ``req``'s memory (finished, or preempted by recompute)."""
+        n = self.alloc.release(req)
+        self._released()
+        return n
+
+    def held_blocks(self, req: Request) -> int:
+        return self.alloc.held_blocks(req)
+
+    # -- swapping -----------------------------------------------------------
+    @property
+    def can_swap(self) -> bool:
+        """True if blocks can be swapped: a paged pool, known block bytes, some swap space."""
+        return self.paged and self.layout.block_bytes is not None and \
+            self.layout.num_swap_blocks > 0
+
+    def _transfer_time(self, num_blocks: int) -> tuple[int, float]:
+        nbytes = num_blocks * self.layout.block_bytes  # type: ignore[operator]
+        return nbytes, nbytes / self.layout.pcie_bandwidth
+
+    def swap_out(self, req: Request) -> float | None:
+        """Move ``req``'s blocks to CPU swap space; seconds the copy takes, None if it is full."""
+        n = self.alloc.held_blocks(req)
+        if not self.can_swap or self.num_swap_blocks_used + n > self.layout.num_swap_blocks:
+            return None
+        self.alloc.release(req)
+        self._swapped[req.id] = n
+        self.num_swap_blocks_used += n
+        nbytes, secs = self._transfer_time(n)
+        self.num_swap_outs += 1
+        self.swapped_bytes += nbytes
+        self.swap_time += secs
+        self._released()
+        return secs
+
+    def swap_in(self, req: Request, keep_free: int = 0) -> float | None:
+        """Move a swapped-out ``req`` back to GPU blocks; seconds it takes, or None if no room."""
+        if not self.admit(req, keep_free):
+            return None
+        n = self._swapped.pop(req.id)
+        self.num_swap_blocks_used -= n
+        nbytes, secs = self._transfer_time(n)
+        self.num_swap_ins += 1
+        self.swapped_bytes += nbytes
+        self.swap_time += secs
+        return secs
+
+    # -- accounting -----------------------------------------------------------
+    def observe(self, t_start: float, t_end: float, num_tokens: int, blocked: bool) -> None:
+        """Record the memory state during a step: ``num_tokens`` KV tokens held by the batch.
+
+        ``blocked``: a request waited this step because its memory did not fit,
+        so the free memory was stranded (external fragmentation).
+        """
+        if self.series is None:
+            return
+        a = self.alloc
+        alloc = a.allocated_slots
+        free = self.capacity - alloc
+        self.series.add(t_start, t_end, num_tokens, alloc, a.internal_slots, free,
+                        free if blocked else 0, self.num_swap_blocks_used * self.block_size)
+
+    def summary(self) -> dict[str, Any]:
+        """Memory metrics for the run summary (see docs/memory.md)."""
+        cap = self.capacity
+        out: dict[str, Any] = {
+            "kv_num_blocks": self.layout.num_blocks,
+            "kv_block_size": self.block_size,
+            "kv_capacity_tokens": cap,
+        }
+        nan = float("nan")
+        tot = self.series.totals() if self.series is not None else None
+        busy = tot["busy"] if tot else 0.0
+        if busy > 0:
+            tokens = tot["tokens_dt"] / busy
+            alloc = tot["allocated_dt"] / busy
+            internal = tot["internal_dt"] / busy
+            stranded = tot["stranded_dt"] / busy
+            reserved = alloc - tokens - internal
+            idle = cap - alloc - stranded
+            used = cap - idle
+            out.update({
+                "kv_token_share": tokens / cap,
+                "kv_reserved_share": reserved / cap,
+                "kv_internal_frag_share": internal / cap,
+                "kv_external_frag_share": stranded / cap,
+                "kv_free_share": idle / cap,
+                "kv_used_token_share": tokens / used if used > 0 else nan,
+                "kv_alloc_waste": (alloc - tokens) / alloc if alloc > 0 else nan,
+            })
+        else:
+            for k in ("kv_token_share", "kv_reserved_share", "kv_internal_frag_share",
+                      "kv_external_frag_share", "kv_free_share", "kv_used_token_share",
+                      "kv_alloc_waste"):
+                out[k] = nan
+        out["kv_peak_usage"] = self.peak_allocated / cap
+        out["num_preemptions"] = self.num_preemptions
+        out["num_recomputed_tokens"] = self.num_recomputed_tokens
+        out["num_swap_outs"] = self.num_swap_outs
+        out["swapped_bytes"] = self.swapped_bytes
+        out["swap_time_s"] = self.swap_time
+        return out

@@ -1,0 +1,306 @@
+"""Decode-only batching under a KV memory limit: admission, lazy block growth, preemption.
+
+:class:`KVDecodePolicy` is a :class:`~orcasim.policies.base.DecodeOnlyPolicy`
+that, when the scenario has a ``memory`` section (``ctx.kv``), admits a
+request only if its memory fits, grows paged requests one block at a time
+and preempts when a running request needs a block and none is free. Without
+a memory section it is exactly the unlimited policy.
+
+Each planning round, in this order:
+
+1. **growth** (paged): members whose next step needs one more block get it.
+   A heap holds the step at which each member needs its next block, so a
+   round costs O(1) plus O(log B) per block taken, never batch x tokens. If
+   no block is free, a victim (``victim``: the last admitted, or the lowest
+   priority) is preempted, by ``recompute`` (free its blocks, put it back at
+   the head of the queue; it recomputes prompt and generated tokens when it
+   runs again) or ``swap`` (copy its blocks to the CPU swap space at PCIe
+   bandwidth, charging that time; it is swapped back in before new requests
+   are admitted). Swapping falls back to recompute when the swap space is full.
+2. **swap-in**, first come first served, while the memory fits;
+3. **admission** (the subclass's :meth:`admit`, using :meth:`try_join`):
+   ``kv_admission: head_of_line`` stops at the first request whose memory
+   does not fit, ``skip`` tries the requests behind it.
+
+A request that can never run is taken out: its prompt alone needs more than
+the whole pool (rejected, ``exceeds_kv_capacity``), or prompt + output exceeds
+``max_model_len`` (rejected, ``exceeds_max_model_len``). A preempted request
+that no longer fits even in an empty pool would be preempted forever: the run
+ends with a :class:`~orcasim.errors.SimulationError` saying so.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Generator
+from typing import Any, ClassVar, Literal
+
+import simpy
+from pydantic import Field
+
+from orcasim.context import SchedulerContext
+from orcasim.errors import ScenarioError, SimulationError
+from orcasim.params import ComponentParams
+from orcasim.plan import StepPlan
+from orcasim.policies.base import DecodeOnlyPolicy, PolicyParams
+from orcasim.request import Request, RequestState
+
+
+class KVPolicyParams(PolicyParams):
+    """Memory options of a decode-only policy (used only with a ``memory`` section)."""
+
+    kv_admission: Literal["head_of_line", "skip"] = Field(
+        "head_of_line", description="when a request's memory does not fit: stop, or try the next")
+    preemption: Literal["recompute", "swap"] = Field(
+        "recompute", description="how a victim gives its blocks back")
+    victim: Literal["last_admitted", "lowest_priority"] = Field(
+        "last_admitted", description="which running request is preempted")
+    watermark: float = Field(0.0, ge=0, lt=1, description="share of blocks kept free when "
+                             "admitting (paged), against immediate preemption")
+
+
+class KVDecodePolicy(DecodeOnlyPolicy):
+    """A decode-only policy that respects ``ctx.kv`` when the scenario limits KV memory."""
+
+    models_kv_memory: ClassVar[bool] = True
+
+    def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
+        super().__init__(params, ctx)
+        self.kv = kv = ctx.kv
+        if kv is None:
+            return
+        p: Any = params
+        self.head_of_line = p.kv_admission == "head_of_line"
+        self.swap = p.preemption == "swap"
+        self.victim_rule = p.victim
+        if self.swap and not kv.can_swap:
+            raise ScenarioError("policy.preemption", "swap needs a paged pool, swap_space_gb > 0 "
+                                "and the KV bytes per token (memory.model or bytes_per_token)")
+        self.keep_free = int(p.watermark * kv.capacity_units) if kv.paged else 0
+        self._grow_heap: list[tuple[int, int, Request]] = []
+        self._swapped: deque[Request] = deque()
+        self._swapped_in: list[Request] = []
+        self._blocked = False  # a request waited for memory this round
+
+    # -- planning -------------------------------------------------------------
+    def next_step(self) -> Generator[simpy.Event, Any, StepPlan | None]:
+        if self.kv is None:
+            return (yield from DecodeOnlyPolicy.next_step(self))
+        ctx = self.ctx
+        batch = self.batch
+        heap = self._grow_heap
+        while True:
+            ctx.poll_arrivals()
+            if heap and heap[0][0] <= batch.num_steps:
+                yield from self._grow()
+            self._blocked = False
+            if self._swapped:
+                yield from self._swap_in()
+            if ctx.waiting and not self._swapped:
+                self.admit()
+            if batch.size:
+                return self._plan()
+            if not ctx.waiting and not self._swapped and ctx.arrivals_done:
+                return None
+            if self._blocked:  # memory held outside the batch (kv.get) may come back
+                yield ctx.arrival | self.kv.freed
+            else:
+                yield ctx.arrival
+
+    def _plan(self) -> StepPlan:
+        batch = self.batch
+        joined = self._joined
+        if self.prefill and joined:
+            swapped_in = self._swapped_in
+            fresh = sum(r.prompt_len + r.num_output_tokens for r in joined
+                        if not swapped_in or r not in swapped_in)
+            return StepPlan(batch.size, batch.num_kv_tokens - fresh, fresh,
+                            batch.size - len(joined))
+        return StepPlan(batch.size, batch.num_kv_tokens)
+
+    def room(self) -> int:
+        """How many more requests the batch may take (``max_batch`` if the policy has one)."""
+        m = getattr(self.params, "max_batch", None)
+        return 1 << 62 if m is None else m - self.batch.size
+
+    # -- admission ------------------------------------------------------------
+    def try_join(self, req: Request) -> bool | None:
+        """Admit ``req`` if its memory fits: True (joined), False (no room now), None (removed).
+
+        ``req`` must already be out of the waiting queue. A request that can
+        never run is rejected (None); one that does not fit now is left to the
+        caller to put back (False).
+        """
+        kv = self.kv
+        if kv is None:
+            self.join(req)
+            return True
+        if kv.too_long(req):
+            self.ctx.reject(req, "exceeds_max_model_len")
+            return None
+        if kv.need(req) > kv.capacity_units:
+            if req.num_output_tokens == 0:
+                self.ctx.reject(req, "exceeds_kv_capacity")
+                return None
+            raise self._no_progress(req)
+        keep = self.keep_free if self.batch.size else 0
+        if not kv.admit(req, keep):
+            self._blocked = True
+            return False
+        if req.num_output_tokens:  # resumes after a recompute preemption
+            kv.num_recomputed_tokens += req.prompt_len + req.num_output_tokens
+        self.join(req)
+        return True
+
+    def admit_fcfs(self) -> None:
+        """First come, first served while there is room, per ``kv_admission``."""
+        waiting = self.ctx.waiting
+        room = self.room()
+        if self.head_of_line:
+            while waiting and room > 0:
+                req = waiting.popleft()
+                ok = self.try_join(req)
+                if ok is False:
+                    waiting.appendleft(req)
+                    return
+                room -= ok is True
+            return
+        skipped = []
+        kv = self.kv
+        while waiting and room > 0 and kv.free_units > 0:  # type: ignore[union-attr]
+            req = waiting.popleft()
+            ok = self.try_join(req)
+            if ok is False:
+                skipped.append(req)
+            room -= ok is True
+        if skipped:
+            waiting.extendleft(reversed(skipped))
+
+    def join(self, req: Request) -> None:
+        super().join(req)
+        if self.kv is not None and self.kv.paged:
+            self._schedule_growth(req)
+
+    # -- growth and preemption ------------------------------------------------
+    def _schedule_growth(self, req: Request) -> None:
+        """Push the step at which ``req`` needs its next block, if it ever does."""
+        kv = self.kv
+        batch = self.batch
+        known = max(req.prompt_len, 1) + batch.output_tokens(req)
+        held = kv.alloc.held_slots(req)  # type: ignore[union-attr]
+        last = max(req.prompt_len, 1) + req.output_len - 1  # known tokens at its last step
+        if held < last:
+            heapq.heappush(self._grow_heap,
+                           (batch.num_steps + held + 1 - known, req._batch_seq, req))
+
+    def _grow(self) -> Generator[simpy.Event, Any, None]:
+        batch = self.batch
+        kv = self.kv
+        assert kv is not None
+        heap = self._grow_heap
+        step = batch.num_steps
+        due = []
+        while heap and heap[0][0] <= step:
+            _, seq, req = heapq.heappop(heap)
+            if req._batch_seq == seq:
+                due.append(req)
+        for req in due:
+            if req._batch_seq < 0:  # preempted earlier in this round
+                continue
+            known = max(req.prompt_len, 1) + batch.output_tokens(req)
+            while not kv.grow(req, known):
+                victim = self._victim()
+                yield from self._preempt(victim)
+                if victim is req:
+                    break
+            else:
+                self._schedule_growth(req)
+
+    def _no_progress(self, req: Request) -> SimulationError:
+        kv = self.kv
+        assert kv is not None
+        return SimulationError(
+            f"preemption loop at t={self.ctx.now:.6g}: request {req.label} was preempted with "
+            f"{req.prompt_len} prompt + {req.num_output_tokens} generated tokens, which need "
+            f"{kv.need(req)} KV blocks of {kv.block_size} tokens, but the pool has "
+            f"{kv.capacity_units}: it cannot run even alone, so preempting it again makes "
+            f"no progress"
+        )
+
+    def _victim(self) -> Request:
+        batch = self.batch
+        if self.victim_rule == "last_admitted":
+            v = batch.newest()
+            assert v is not None
+            return v
+        # vLLM's convention: a larger priority value is less important; latest arrival on ties
+        return max(batch, key=lambda r: (r.priority, r.arrival, r.id))
+
+    def _preempt(self, victim: Request) -> Generator[simpy.Event, Any, None]:
+        ctx = self.ctx
+        kv = self.kv
+        assert kv is not None
+        self.batch.remove(victim)
+        victim.last_token = ctx.last_step_end  # it emitted a token in the last step
+        victim.num_preemptions += 1
+        victim.state = RequestState.PREEMPTED
+        kv.num_preemptions += 1
+        if self.swap:
+            secs = kv.swap_out(victim)
+            if secs is not None:
+                self._swapped.append(victim)
+                yield ctx.env.timeout(secs)
+                return
+        kv.release(victim)
+        ctx.waiting.appendleft(victim)
+
+    def _swap_in(self) -> Generator[simpy.Event, Any, None]:
+        kv = self.kv
+        assert kv is not None
+        swapped = self._swapped
+        room = self.room()
+        while swapped and room > 0:
+            req = swapped[0]
+            if kv.need(req) > kv.capacity_units:
+                raise self._no_progress(req)
+            secs = kv.swap_in(req, self.keep_free if self.batch.size else 0)
+            if secs is None:
+                self._blocked = True
+                return
+            swapped.popleft()
+            yield self.ctx.env.timeout(secs)
+            self.join(req)
+            self._swapped_in.append(req)
+            room -= 1
+
+    # -- step effects ---------------------------------------------------------
+    def complete_step(self, plan: StepPlan, t_start: float, t_end: float) -> None:
+        kv = self.kv
+        if kv is None:
+            return DecodeOnlyPolicy.complete_step(self, plan, t_start, t_end)
+        ctx = self.ctx
+        kv.observe(t_start, t_end, self.batch.num_kv_tokens, self._blocked)
+        joined = self._joined
+        finished = self.batch.advance()
+        if joined:
+            record_itl = ctx.recorder.record_itl
+            for req in joined:
+                if req.first_token is None:
+                    req.first_token = t_end
+                else:  # resumed after a preemption: its own gap
+                    record_itl(t_end - req.last_token)  # type: ignore[operator]
+            plan.num_itl_tokens = plan.num_seqs - len(joined)
+            self._joined = []
+            self._swapped_in = []
+        else:
+            plan.num_itl_tokens = plan.num_seqs
+        for req in finished:
+            kv.release(req)
+            ctx.finish(req, t_end)
+        return None
+
+    def running_requests(self) -> Any:
+        if self.kv is None or not self._swapped:
+            return iter(self.batch)
+        return iter([*self.batch, *self._swapped])
