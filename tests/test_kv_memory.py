@@ -112,15 +112,15 @@ def test_blocking_get_waits_for_put_first_come_first_served():
     log = []
 
     def holder():
-        blocks = yield kv.get(3)
-        log.append(("holder", env.now, len(blocks)))
+        n = yield kv.get(3)
+        log.append(("holder", env.now, n))
         yield env.timeout(5)
-        kv.put(blocks)
+        kv.put(n)
 
     def taker(name, n, delay):
         yield env.timeout(delay)
-        blocks = yield kv.get(n)
-        log.append((name, env.now, len(blocks)))
+        got = yield kv.get(n)
+        log.append((name, env.now, got))
 
     env.process(holder())
     env.process(taker("big", 3, 1))  # waits for the holder
@@ -172,9 +172,9 @@ def test_admission_waits_behind_a_blocking_get_and_resumes_on_freed():
     ctx.kv = KVPool.from_options(env, cfg.memory, rec)
 
     def other_user():  # holds 3 of the 4 blocks from t=0 to t=7
-        blocks = yield ctx.kv.get(3)
+        n = yield ctx.kv.get(3)
         yield env.timeout(7)
-        ctx.kv.put(blocks)
+        ctx.kv.put(n)
 
     env.process(other_user())
     OpenLoopSource(env, ctx, generate_workload(cfg))

@@ -22,82 +22,101 @@ Pure data structures: no SimPy.
 
 from __future__ import annotations
 
-from orcasim.kv.block_pool import Block, BlockPool
-from orcasim.kv.block_table import BlockManager, cdiv
+from orcasim.kv.block_table import cdiv
 from orcasim.kv.config import MemoryLayout, footprint, reservation
 from orcasim.kv.contiguous import ContiguousSpace
 from orcasim.request import Request
 
 
 class PagedAllocator:
-    """PagedAttention: a request holds ``ceil(tokens / block_size)`` blocks, taken on demand."""
+    """PagedAttention: a request holds ``ceil(tokens / block_size)`` blocks, taken on demand.
+
+    Requests in a decode batch never share blocks and nothing is looked up
+    by content, so any free block serves any request: the allocator keeps
+    exact *counts* (blocks per request, free blocks) and every operation is
+    O(1). Block identities, sharing, copy-on-write and prefix caching live
+    in :class:`~orcasim.kv.block_table.BlockManager` for the policies that
+    need them.
+    """
 
     paged = True
 
     def __init__(self, layout: MemoryLayout) -> None:
         self.layout = layout
-        self.block_size = bs = layout.block_size
-        self.pool = BlockPool(layout.num_blocks, bs, enable_caching=False)
-        self.manager = BlockManager(self.pool)
-        self.capacity = layout.num_blocks * bs
+        self.block_size = layout.block_size
+        self.capacity = layout.num_blocks * layout.block_size
         self.capacity_units = layout.num_blocks  # what need() is measured in
+        self.num_free_blocks = layout.num_blocks
         self.internal_slots = 0
+        self.held: dict[int, int] = {}  # request id -> blocks
         self._internal: dict[int, int] = {}  # request id -> its final block's unused tail
 
     @property
     def allocated_slots(self) -> int:
-        return self.pool.num_held_blocks * self.block_size
+        return (self.layout.num_blocks - self.num_free_blocks) * self.block_size
 
     @property
     def free_units(self) -> int:
-        return self.pool.num_free_blocks
+        return self.num_free_blocks
 
     def need(self, req: Request) -> int:
         """Blocks ``req`` needs to run its next step (prompt and generated tokens so far)."""
         return cdiv(max(req.prompt_len, 1) + req.num_output_tokens, self.block_size)
 
     def held_blocks(self, req: Request) -> int:
-        return len(self.manager.tables[req.id].blocks)
+        return self.held[req.id]
 
     def held_slots(self, req: Request) -> int:
-        return len(self.manager.tables[req.id].blocks) * self.block_size
+        return self.held[req.id] * self.block_size
 
     def admit(self, req: Request, keep_free: int = 0) -> bool:
         """Allocate blocks for ``req``'s known tokens if ``keep_free`` blocks stay free after."""
-        tokens = max(req.prompt_len, 1) + req.num_output_tokens
-        if cdiv(tokens, self.block_size) + keep_free > self.pool.num_free_blocks:
+        if req.id in self.held:
+            raise ValueError(f"request {req.label} already holds blocks")
+        n = self.need(req)
+        if n + keep_free > self.num_free_blocks:
             return False
-        ok = self.manager.allocate(req.id, tokens)
-        assert ok
-        self._note_final(req)
+        self.num_free_blocks -= n
+        self.held[req.id] = n
+        self._note_final(req, n)
         return True
 
     def grow(self, req: Request, num_tokens: int) -> bool:
-        """Extend ``req``'s table to ``num_tokens`` known tokens (one more block); False if none."""
-        t = self.manager.tables[req.id]
-        if not self.manager.append(req.id, num_tokens - t.num_tokens):
+        """Give ``req`` one more block, now holding ``num_tokens`` known tokens; False if none."""
+        if not self.num_free_blocks:
             return False
-        self._note_final(req)
+        self.num_free_blocks -= 1
+        held = self.held
+        n = held[req.id] = held[req.id] + 1
+        self._note_final(req, n)
         return True
 
-    def _note_final(self, req: Request) -> None:
-        held = len(self.manager.tables[req.id].blocks) * self.block_size
-        fp = footprint(req.prompt_len, req.output_len)
-        if held >= fp and req.id not in self._internal:
-            self._internal[req.id] = held - fp
-            self.internal_slots += held - fp
+    def _note_final(self, req: Request, n: int) -> None:
+        slots = n * self.block_size
+        fp = max(req.prompt_len, 1) + req.output_len - 1
+        if slots >= fp:  # its final block: the tail beyond the footprint is never filled
+            self._internal[req.id] = slots - fp
+            self.internal_slots += slots - fp
 
     def release(self, req: Request) -> int:
         """Free ``req``'s blocks; returns the number freed."""
         self.internal_slots -= self._internal.pop(req.id, 0)
-        return self.manager.free(req.id)
+        n = self.held.pop(req.id)
+        self.num_free_blocks += n
+        return n
 
-    # blocking gets of raw blocks (KVPool.get); not owned by any request
-    def take_blocks(self, n: int) -> list[Block] | None:
-        return self.pool.get_new_blocks(n)
+    # blocking gets of blocks not owned by any request (KVPool.get)
+    def take_blocks(self, n: int) -> int | None:
+        if n > self.num_free_blocks:
+            return None
+        self.num_free_blocks -= n
+        return n
 
-    def put_blocks(self, blocks: list[Block]) -> None:
-        self.pool.free_blocks(blocks)
+    def put_blocks(self, n: int) -> None:
+        if n < 0 or self.num_free_blocks + n > self.layout.num_blocks:
+            raise ValueError(f"cannot return {n} blocks: only "
+                             f"{self.layout.num_blocks - self.num_free_blocks} are taken")
+        self.num_free_blocks += n
 
 
 class ReservationAllocator:
@@ -149,10 +168,10 @@ class ReservationAllocator:
         self.internal_slots -= self._internal.pop(req.id)
         return self.space.release(req.id)
 
-    def take_blocks(self, n: int) -> list[Block] | None:
+    def take_blocks(self, n: int) -> int | None:
         raise ValueError("blocks can only be taken from a paged pool")
 
-    def put_blocks(self, blocks: list[Block]) -> None:
+    def put_blocks(self, n: int) -> None:
         raise ValueError("blocks can only be returned to a paged pool")
 
 

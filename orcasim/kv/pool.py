@@ -6,9 +6,9 @@ lack of memory waits for an event instead of polling.
 - ``yield kv.freed`` resumes the next time memory is released (a request
   finished or was preempted, blocks were returned): the event's value is the
   number of free units (blocks, or slots for a reservation allocator).
-- ``blocks = yield kv.get(n)`` takes ``n`` raw blocks from a paged pool as
-  soon as they are free (first come, first served); ``kv.put(blocks)`` returns
-  them. Memory held this way counts as allocated.
+- ``n = yield kv.get(n)`` takes ``n`` blocks of a paged pool as soon as they
+  are free (first come, first served); ``kv.put(n)`` returns them. Memory held
+  this way counts as allocated.
 
 Requests' own memory goes through :meth:`admit`, :meth:`grow` and
 :meth:`release` (the allocator's operations, plus the events), swapping
@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 from orcasim.kv.allocators import make_allocator
-from orcasim.kv.block_pool import Block
 from orcasim.kv.config import MemoryLayout, MemoryOptions, resolve
 from orcasim.metrics.kv_series import KVSeries
 from orcasim.request import Request
@@ -38,7 +37,7 @@ if TYPE_CHECKING:
 
 
 class KVGet(simpy.Event):
-    """A request for ``n`` blocks; succeeds with the list of blocks when they are free."""
+    """A request for ``n`` blocks; succeeds with ``n`` when they are free."""
 
     def __init__(self, pool: KVPool, n: int) -> None:
         super().__init__(pool.env)
@@ -94,21 +93,25 @@ class KVPool:
         """An event that takes ``n`` blocks when they are free (FIFO with other gets)."""
         return KVGet(self, n)
 
-    def put(self, blocks: list[Block]) -> None:
-        """Return blocks taken with :meth:`get`."""
-        self.alloc.put_blocks(blocks)
+    def put(self, n: int) -> None:
+        """Return ``n`` blocks taken with :meth:`get`."""
+        self.alloc.put_blocks(n)
         self._released()
+
+    @property
+    def has_getters(self) -> bool:
+        """True while a :meth:`get` waits (admissions then wait behind it)."""
+        return bool(self._getters)
 
     def _serve(self) -> None:
         getters = self._getters
         while getters:
             g = getters[0]
-            blocks = self.alloc.take_blocks(g.n)
-            if blocks is None:
+            if self.alloc.take_blocks(g.n) is None:
                 break  # head of line: later gets wait behind it
             getters.popleft()
             self._note_peak()
-            g.succeed(blocks)
+            g.succeed(g.n)
 
     def _released(self) -> None:
         if self._getters:
@@ -150,11 +153,8 @@ class KVPool:
         return True
 
     def grow(self, req: Request, num_tokens: int) -> bool:
-        """Extend ``req`` to ``num_tokens`` known tokens (paged); False if no block is free."""
-        if not self.alloc.grow(req, num_tokens):
-            return False
-        self._note_peak()
-        return True
+        """Give ``req`` one more block for ``num_tokens`` known tokens; False if none is free."""
+        return self.alloc.grow(req, num_tokens)
 
     def release(self, req: Request) -> int:
         """Free ``req``'s memory (finished, or preempted by recompute)."""
@@ -214,6 +214,8 @@ class KVPool:
             return
         a = self.alloc
         alloc = a.allocated_slots
+        if alloc > self.peak_allocated:
+            self.peak_allocated = alloc
         free = self.capacity - alloc
         self.series.add(t_start, t_end, num_tokens, alloc, a.internal_slots, free,
                         free if blocked else 0, self.num_swap_blocks_used * self.block_size)

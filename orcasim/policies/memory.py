@@ -82,6 +82,8 @@ class KVDecodePolicy(DecodeOnlyPolicy):
         self._swapped: deque[Request] = deque()
         self._swapped_in: list[Request] = []
         self._blocked = False  # a request waited for memory this round
+        # the last request refused for memory, with the free units and reserve it saw
+        self._miss: tuple[Request, int, int] | None = None
 
     # -- planning -------------------------------------------------------------
     def next_step(self) -> Generator[simpy.Event, Any, StepPlan | None]:
@@ -145,9 +147,15 @@ class KVDecodePolicy(DecodeOnlyPolicy):
                 return None
             raise self._no_progress(req)
         keep = self.keep_free if self.batch.size else 0
+        miss = self._miss
+        if miss is not None and miss[0] is req and kv.free_units <= miss[1] and keep >= miss[2]:
+            self._blocked = True  # it did not fit with as much free memory before
+            return False
         if not kv.admit(req, keep):
             self._blocked = True
+            self._miss = None if kv.has_getters else (req, kv.free_units, keep)
             return False
+        self._miss = None
         if req.num_output_tokens:  # resumes after a recompute preemption
             kv.num_recomputed_tokens += req.prompt_len + req.num_output_tokens
         self.join(req)
@@ -205,17 +213,22 @@ class KVDecodePolicy(DecodeOnlyPolicy):
             _, seq, req = heapq.heappop(heap)
             if req._batch_seq == seq:
                 due.append(req)
+        bs = kv.block_size
+        push = heapq.heappush
         for req in due:
             if req._batch_seq < 0:  # preempted earlier in this round
                 continue
-            known = max(req.prompt_len, 1) + batch.output_tokens(req)
+            start = max(req.prompt_len, 1)
+            known = start + batch.output_tokens(req)
             while not kv.grow(req, known):
                 victim = self._victim()
                 yield from self._preempt(victim)
                 if victim is req:
                     break
             else:
-                self._schedule_growth(req)
+                # it now holds known - 1 + bs slots: the next block is due bs steps later
+                if known - 1 + bs < start + req.output_len - 1:
+                    push(heap, (step + bs, req._batch_seq, req))
 
     def _no_progress(self, req: Request) -> SimulationError:
         kv = self.kv
