@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import orcasim
 from orcasim.hardware import GB, MODELS
 from orcasim.kv.config import MemoryOptions, kv_blocks, next_pow2, reservation, resolve
-from orcasim.kv.contiguous import ContiguousSpace
+from orcasim.kv.contiguous import BuddySpace, ContiguousSpace
 from orcasim.kv.pool import KVPool
 from orcasim.request import Request
 
@@ -48,6 +48,47 @@ def test_random_reservations_tile_the_space(ops):
             s.release(live.pop(x % len(live)))
         s.check()
         assert s.num_free + sum(n for _, n in s.regions.values()) == 40
+
+
+def test_buddy_chunks_split_align_and_merge():
+    b = BuddySpace(22)  # top-level chunks 16 at 0, 4 at 16, 2 at 20
+    assert b.holes == [(0, 16), (16, 4), (20, 2)]
+    assert b.reserve("a", 3) == 16  # a 4-slot chunk: the 4-chunk, 1 slot of padding
+    assert b.reserve("b", 5) == 0  # 8 slots: the 16 is split into 8 + 8
+    assert b.reserve("c", 2) == 20
+    assert b.reserve("d", 1) == 8  # the free 8 is split down to 1
+    assert b.holes == [(9, 1), (10, 2), (12, 4)]
+    assert b.reserve("e", 5) is None  # 7 slots free, no chunk of 8
+    assert b.regions["b"] == (0, 8) and b.num_free == 7
+    b.check()
+    b.release("d")  # merges 1+1, 2+2, 4+4 back into the 8 at 8
+    assert b.holes == [(8, 8)]
+    b.release("b")  # and the two 8s into the 16; the 4 at 16 is its own top chunk
+    b.release("a")
+    b.release("c")
+    assert b.holes == [(0, 16), (16, 4), (20, 2)] and b.num_free == 22
+    b.check()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 12)), max_size=60))
+def test_random_buddy_reservations_tile_the_space(ops):
+    b = BuddySpace(45)
+    live: list[int] = []
+    for i, (reserve, x) in enumerate(ops):
+        if reserve or not live:
+            fits = b.fits(x)
+            start = b.reserve(i, x)
+            assert (start is not None) == fits
+            if start is not None:
+                live.append(i)
+                assert b.regions[i][1] == BuddySpace.chunk_size(x)
+        else:
+            b.release(live.pop(x % len(live)))
+        b.check()
+    for i in live:
+        b.release(i)
+    assert b.holes == [(0, 32), (32, 8), (40, 4), (44, 1)]
 
 
 def test_kv_bytes_and_blocks_for_opt_13b_on_a100_40gb():

@@ -198,6 +198,21 @@ def test_external_fragmentation_and_time_averaged_shares():
     assert u["stranded"].tolist() == [0, 0, 6, 6, 0, 0, 0]
 
 
+def test_buddy_padding_counts_as_external_fragmentation():
+    # oracle + buddy: A's 6 slots take an 8-chunk (2 padding); 10 slots = chunks 8 + 2
+    v = run([{"name": "A", "prompt_len": 3, "output_len": 4},
+             {"name": "C", "prompt_len": 2, "output_len": 2}],
+            memory={"allocator": "oracle", "placement": "buddy"})
+    # C (3 slots -> a 4-chunk) fits in neither the 2 left nor next to A: it waits for A
+    assert col(v, "first_scheduled") == {"A": 0.0, "C": 4.0}
+    u = v.kv_usage
+    assert u["allocated"].tolist() == [8, 8, 8, 8, 4, 4]
+    assert u["padding"].tolist() == [2, 2, 2, 2, 1, 1]
+    assert u["stranded"].tolist() == [2, 2, 2, 2, 0, 0]
+    s = v.summary
+    assert s["kv_external_frag_share"] == pytest.approx((4 * (2 + 2) + 2 * 1) / 60)
+
+
 def test_paged_internal_fragmentation_is_the_last_block_tail():
     # one request, prompt 3, output 3: footprint 5 slots in 3 blocks of 2 (1 slot never used)
     v = run([{"name": "A", "prompt_len": 3, "output_len": 3}])

@@ -12,8 +12,10 @@ Both allocators answer the same questions for a policy, in token *slots*
 They also keep the aggregates that the KV usage series integrates over time:
 ``allocated_slots`` (held by requests), ``internal_slots`` (allocated slots
 the owner will never fill: the unused tail of a paged request's final block,
-or a reservation's excess over the request's footprint). The remaining
-allocated slots not holding tokens are *reserved*: the owner fills them later.
+or a reservation's excess over the request's footprint) and
+``padding_slots`` (taken beyond the reservation by a buddy allocator's
+rounding: lost to everyone, external fragmentation). The remaining allocated
+slots not holding tokens are *reserved*: the owner fills them later.
 
 The simulator knows each request's true output length, so it knows the
 footprint; a real system does not, and only ``oracle`` uses it to decide.
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 from orcasim.kv.block_table import cdiv
 from orcasim.kv.config import MemoryLayout, footprint, reservation
-from orcasim.kv.contiguous import ContiguousSpace
+from orcasim.kv.contiguous import BuddySpace, ContiguousSpace
 from orcasim.request import Request
 
 
@@ -48,6 +50,7 @@ class PagedAllocator:
         self.capacity_units = layout.num_blocks  # what need() is measured in
         self.num_free_blocks = layout.num_blocks
         self.internal_slots = 0
+        self.padding_slots = 0
         self.held: dict[int, int] = {}  # request id -> blocks
         self._internal: dict[int, int] = {}  # request id -> its final block's unused tail
 
@@ -127,11 +130,13 @@ class ReservationAllocator:
     def __init__(self, layout: MemoryLayout) -> None:
         self.layout = layout
         self.block_size = layout.block_size
-        self.space = ContiguousSpace(layout.capacity_tokens)
+        space = BuddySpace if layout.placement == "buddy" else ContiguousSpace
+        self.space: ContiguousSpace | BuddySpace = space(layout.capacity_tokens)
         self.capacity = layout.capacity_tokens
         self.capacity_units = self.capacity
         self.internal_slots = 0
-        self._internal: dict[int, int] = {}
+        self.padding_slots = 0
+        self._waste: dict[int, tuple[int, int]] = {}  # request id -> (internal, padding)
 
     @property
     def allocated_slots(self) -> int:
@@ -142,8 +147,9 @@ class ReservationAllocator:
         return self.space.num_free
 
     def need(self, req: Request) -> int:
-        """Slots reserved for ``req``."""
-        return reservation(self.layout, req.prompt_len, req.output_len)
+        """Slots ``req`` takes: its reservation (rounded to a power of two by a buddy space)."""
+        size = reservation(self.layout, req.prompt_len, req.output_len)
+        return BuddySpace.chunk_size(size) if self.layout.placement == "buddy" else size
 
     def held_blocks(self, req: Request) -> int:
         return cdiv(self.space.regions[req.id][1], self.block_size)
@@ -153,19 +159,23 @@ class ReservationAllocator:
 
     def admit(self, req: Request, keep_free: int = 0) -> bool:
         """Reserve ``req``'s region at the first hole that fits (``keep_free`` is ignored)."""
-        size = self.need(req)
+        size = reservation(self.layout, req.prompt_len, req.output_len)
         if self.space.reserve(req.id, size) is None:
             return False
-        waste = size - footprint(req.prompt_len, req.output_len)
-        self._internal[req.id] = waste
-        self.internal_slots += waste
+        internal = size - footprint(req.prompt_len, req.output_len)
+        padding = self.space.regions[req.id][1] - size
+        self._waste[req.id] = (internal, padding)
+        self.internal_slots += internal
+        self.padding_slots += padding
         return True
 
     def grow(self, req: Request, num_tokens: int) -> bool:
         raise ValueError("a reservation never grows")
 
     def release(self, req: Request) -> int:
-        self.internal_slots -= self._internal.pop(req.id)
+        internal, padding = self._waste.pop(req.id)
+        self.internal_slots -= internal
+        self.padding_slots -= padding
         return self.space.release(req.id)
 
     def take_blocks(self, n: int) -> int | None:

@@ -12,6 +12,10 @@ contiguous region when it starts:
   (Orca (Pow2): over-reserves the output by at most 2x), at most ``max_model_len``;
 - ``oracle``: exactly the slots the request will fill (Orca (Oracle)).
 
+A reservation is placed at the first hole that fits (``placement:
+first_fit``) or in a power-of-two chunk of a buddy allocator (``buddy``, what
+the vLLM paper assumes for its Orca baselines).
+
 A request fills at most ``P + o - 1`` KV slots: its prompt (an empty prompt
 counts as one start token) and every output token but the last, whose KV is
 never computed. That is its *footprint*; ``oracle`` reserves exactly it and
@@ -36,6 +40,9 @@ class MemoryOptions(ComponentParams):
 
     allocator: Allocator = Field("paged", description="paged blocks, or max/pow2/oracle "
                                  "contiguous reservation")
+    placement: Literal["first_fit", "buddy"] = Field(
+        "first_fit", description="where a reservation goes: the first hole that fits, or a "
+        "power-of-two buddy chunk")
     block_size: int = Field(16, gt=0, description="tokens per KV block")
     num_blocks: int | None = Field(None, gt=0, description="KV blocks on the GPU (default: "
                                    "from model and gpu)")
@@ -93,6 +100,7 @@ class MemoryLayout:
     max_model_len: int | None
     num_swap_blocks: int
     pcie_bandwidth: float
+    placement: Literal["first_fit", "buddy"] = "first_fit"
 
     @property
     def capacity_tokens(self) -> int:
@@ -144,7 +152,7 @@ def resolve(opts: MemoryOptions) -> MemoryLayout:
         swap_blocks = int(opts.swap_space_gb * GB // (opts.block_size * bpt))
     bw = opts.pcie_bandwidth or (g.pcie_bandwidth if g is not None else 25e9)
     return MemoryLayout(opts.allocator, num_blocks, opts.block_size, bpt, max_len,
-                        swap_blocks, bw)
+                        swap_blocks, bw, opts.placement)
 
 
 def next_pow2(n: int) -> int:

@@ -208,7 +208,8 @@ class KVPool:
         """Record the memory state during a step: ``num_tokens`` KV tokens held by the batch.
 
         ``blocked``: a request waited this step because its memory did not fit,
-        so the free memory was stranded (external fragmentation).
+        so the free memory was stranded (external fragmentation, with the
+        allocator's padding).
         """
         if self.series is None:
             return
@@ -217,8 +218,8 @@ class KVPool:
         if alloc > self.peak_allocated:
             self.peak_allocated = alloc
         free = self.capacity - alloc
-        self.series.add(t_start, t_end, num_tokens, alloc, a.internal_slots, free,
-                        free if blocked else 0, self.num_swap_blocks_used * self.block_size)
+        self.series.add(t_start, t_end, num_tokens, alloc, a.internal_slots, a.padding_slots,
+                        free, free if blocked else 0, self.num_swap_blocks_used * self.block_size)
 
     def summary(self) -> dict[str, Any]:
         """Memory metrics for the run summary (see docs/memory.md)."""
@@ -235,15 +236,16 @@ class KVPool:
             tokens = tot["tokens_dt"] / busy
             alloc = tot["allocated_dt"] / busy
             internal = tot["internal_dt"] / busy
+            padding = tot["padding_dt"] / busy
             stranded = tot["stranded_dt"] / busy
-            reserved = alloc - tokens - internal
+            reserved = alloc - tokens - internal - padding
             idle = cap - alloc - stranded
             used = cap - idle
             out.update({
                 "kv_token_share": tokens / cap,
                 "kv_reserved_share": reserved / cap,
                 "kv_internal_frag_share": internal / cap,
-                "kv_external_frag_share": stranded / cap,
+                "kv_external_frag_share": (padding + stranded) / cap,
                 "kv_free_share": idle / cap,
                 "kv_used_token_share": tokens / used if used > 0 else nan,
                 "kv_alloc_waste": (alloc - tokens) / alloc if alloc > 0 else nan,

@@ -1,8 +1,9 @@
 """A bounded time series of KV memory use, one raw row per step, merged like the step series.
 
 Each step contributes the KV slots holding tokens, allocated, allocated but
-never to be filled (internal fragmentation), free, free but stranded (a
-request waited for memory: external fragmentation) and swapped to the CPU.
+never to be filled (internal fragmentation), allocated as an allocator's
+rounding (padding), free, free but stranded (a request waited for memory)
+and swapped to the CPU. Padding and stranded slots are external fragmentation.
 Rows are kept as time integrals (value x step duration), so merging adjacent
 rows in pairs whenever there are more than ``capacity`` keeps time-weighted
 means exact per bin and the run's totals exact.
@@ -14,7 +15,7 @@ import numpy as np
 
 from orcasim.metrics.series import _merge_pairs
 
-VALUES = ("tokens", "allocated", "internal", "free", "stranded", "swapped")
+VALUES = ("tokens", "allocated", "internal", "padding", "free", "stranded", "swapped")
 _FIELDS = ("t_start", "t_end", "num_steps", "busy", *(f"{v}_dt" for v in VALUES))
 _BUFFER = 4096
 
@@ -30,10 +31,11 @@ class KVSeries:
         self._agg: dict[str, np.ndarray] = {f: np.zeros(0) for f in _FIELDS}
 
     def add(self, t_start: float, t_end: float, tokens: int, allocated: int, internal: int,
-            free: int, stranded: int, swapped: int) -> None:
+            padding: int, free: int, stranded: int, swapped: int) -> None:
         """One step's memory state (hot path: appends a tuple)."""
         buf = self._buf
-        buf.append((t_start, t_end, tokens, allocated, internal, free, stranded, swapped))
+        buf.append((t_start, t_end, tokens, allocated, internal, padding, free, stranded,
+                    swapped))
         if len(buf) >= _BUFFER:
             self._flush()
 
