@@ -223,3 +223,28 @@ def test_admission_waits_behind_a_blocking_get_and_resumes_on_freed():
     env.run()
     cols = rec.request_columns()
     assert cols["first_scheduled"].tolist() == [7.0] and cols["finish"].tolist() == [9.0]
+
+
+def test_series_bins_stay_uniform_across_flushes():
+    """Old and new rows cover the same number of steps; totals stay exact."""
+    import numpy as np
+
+    from orcasim.metrics.kv_series import KVSeries
+    from orcasim.metrics.series import StepSeries
+
+    s = StepSeries(capacity=8)
+    for k in range(5):  # five blocks of 13 steps: 65 steps, width 16 -> 4 full rows + 1
+        t = np.arange(13.0) + 13 * k
+        s.add_steps(t, t + 1, np.full(13, 2.0), np.ones(13), np.full(13, float(k)))
+    rows = s.rows()
+    assert s.width == 16 and rows["num_steps"].tolist() == [16, 16, 16, 16, 1]
+    assert rows["t_start"].tolist() == [0, 16, 32, 48, 64] and rows["t_end"][-1] == 65
+    assert rows["batch_size"].tolist() == [2.0] * 5
+    assert float(np.dot(rows["num_waiting"], rows["busy"])) == sum(13 * k for k in range(5))
+    kv = KVSeries(capacity=4)
+    for i in range(10):
+        kv.add(float(i), i + 1.0, i, 10, 0, 0, 0, 0, 0)
+    rows = kv.rows()
+    assert kv.width == 4 and rows["num_steps"].tolist() == [4, 4, 2]
+    assert rows["tokens"].tolist() == [1.5, 5.5, 8.5]
+    assert kv.totals()["tokens_dt"] == sum(range(10))

@@ -4,16 +4,16 @@ Each step contributes the KV slots holding tokens, allocated, allocated but
 never to be filled (internal fragmentation), allocated as an allocator's
 rounding (padding), free, free but stranded (a request waited for memory)
 and swapped to the CPU. Padding and stranded slots are external fragmentation.
-Rows are kept as time integrals (value x step duration), so merging adjacent
-rows in pairs whenever there are more than ``capacity`` keeps time-weighted
-means exact per bin and the run's totals exact.
+Rows are kept as time integrals (value x step duration) in bins of equal
+numbers of steps, merged like :class:`~orcasim.metrics.series.StepSeries`,
+so time-weighted means stay exact per bin and the run's totals exact.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from orcasim.metrics.series import _merge_pairs
+from orcasim.metrics.series import rebin
 
 VALUES = ("tokens", "allocated", "internal", "padding", "free", "stranded", "swapped")
 _FIELDS = ("t_start", "t_end", "num_steps", "busy", *(f"{v}_dt" for v in VALUES))
@@ -27,6 +27,7 @@ class KVSeries:
         if capacity < 2:
             raise ValueError('"capacity" must be >= 2.')
         self.capacity = capacity
+        self.width = 1  # steps per row
         self._buf: list[tuple[float, ...]] = []
         self._agg: dict[str, np.ndarray] = {f: np.zeros(0) for f in _FIELDS}
 
@@ -49,9 +50,7 @@ class KVSeries:
         for i, v in enumerate(VALUES):
             raw[f"{v}_dt"] = a[:, 2 + i] * dt
         agg = {f: np.concatenate([self._agg[f], raw[f]]) for f in _FIELDS}
-        while len(agg["t_start"]) > self.capacity:
-            agg = _merge_pairs(agg)
-        self._agg = agg
+        self._agg, self.width = rebin(agg, self.width, self.capacity)
 
     def totals(self) -> dict[str, float]:
         """Sums over the run: ``busy`` seconds and each ``<value>_dt`` integral."""

@@ -1,8 +1,10 @@
 """A bounded per-step time series: exact for short runs, time-binned for long ones.
 
-Steps arrive in blocks of raw rows. When more than ``capacity`` rows are
-held, adjacent rows are merged in pairs, so memory stays under ``capacity``
-rows whatever the run length. A merged row keeps its time
+Steps arrive in blocks of raw rows. Every row holds ``width`` consecutive
+steps (the last one possibly fewer); when there would be more than
+``capacity`` rows, the width doubles and adjacent rows merge in pairs, so
+memory stays under ``capacity`` rows whatever the run length and all bins
+cover the same number of steps, old and new. A merged row keeps its time
 span, its number of steps, its busy time and the time integrals of batch
 size, tokens and queue length, so time-weighted means stay exact per bin.
 """
@@ -21,6 +23,7 @@ class StepSeries:
         if capacity < 2:
             raise ValueError('"capacity" must be >= 2.')
         self.capacity = capacity
+        self.width = 1  # steps per row
         self._agg: dict[str, np.ndarray] = {f: np.zeros(0) for f in _FIELDS}
 
     def add_steps(self, t0: np.ndarray, t1: np.ndarray, seqs: np.ndarray, tokens: np.ndarray,
@@ -37,9 +40,7 @@ class StepSeries:
             "waiting_dt": waiting * dt,
         }
         agg = {f: np.concatenate([self._agg[f], raw[f]]) for f in _FIELDS}
-        while len(agg["t_start"]) > self.capacity:
-            agg = _merge_pairs(agg)
-        self._agg = agg
+        self._agg, self.width = rebin(agg, self.width, self.capacity)
 
     def add(self, t0: float, t1: float, seqs: int, tokens: int, waiting: int) -> None:
         """Append one step (convenience; the recorder appends in blocks)."""
@@ -66,17 +67,34 @@ class StepSeries:
         }
 
 
-def _merge_pairs(agg: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    n = len(agg["t_start"])
-    even = n - n % 2
+def rebin(
+    agg: dict[str, np.ndarray], width: int, capacity: int
+) -> tuple[dict[str, np.ndarray], int]:
+    """Group rows into bins of ``width`` steps, doubling ``width`` until at most ``capacity``.
+
+    Rows hold ``num_steps`` consecutive steps, aligned to multiples of their
+    size (raw steps, or bins of a previous width), so grouping by the index
+    of a row's first step merges them exactly. Returns the rows and the width.
+    """
+    while True:
+        steps = agg["num_steps"]
+        first = np.concatenate([[0.0], np.cumsum(steps)[:-1]])
+        group = (first // width).astype(np.int64)
+        if len(group) and group[-1] + 1 <= capacity:
+            break
+        if not len(group):
+            return agg, width
+        width *= 2
+    starts = np.flatnonzero(np.diff(group, prepend=-1))
+    if len(starts) == len(group):
+        return agg, width
+    ends = np.concatenate([starts[1:], [len(group)]]) - 1
     out: dict[str, np.ndarray] = {}
     for f, a in agg.items():
-        head = a[:even].reshape(-1, 2)
         if f == "t_start":
-            merged = head[:, 0]
+            out[f] = a[starts]
         elif f == "t_end":
-            merged = head[:, 1]
+            out[f] = a[ends]
         else:
-            merged = head.sum(axis=1)
-        out[f] = np.concatenate([merged, a[even:]])
-    return out
+            out[f] = np.add.reduceat(a, starts)
+    return out, width

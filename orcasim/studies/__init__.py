@@ -1,0 +1,1 @@
+"""Studies: scripted experiments over scenarios (``python -m orcasim.studies.NAME``)."""
