@@ -29,6 +29,13 @@ TABLE_METRICS = [
     "num_steps",
     "mean_batch_size",
     "slot_utilisation",
+    # with a memory section
+    "kv_used_token_share",
+    "kv_alloc_waste",
+    "kv_peak_usage",
+    "num_preemptions",
+    "num_recomputed_tokens",
+    "swapped_bytes",
 ]
 
 

@@ -3,7 +3,8 @@
 - ``gantt.png``: each request's lifetime, waiting (grey) then running (blue),
   one panel per variant, as in the seed notebook;
 - ``latency_cdf.png``: empirical CDFs of queue delay, TTFT, TPOT and E2E per variant;
-- ``timeline.png``: batch size and queue length over time per variant.
+- ``timeline.png``: batch size and queue length over time per variant;
+- ``kv_usage.png``: KV memory allocated and holding tokens over time (memory runs).
 """
 
 from __future__ import annotations
@@ -89,11 +90,37 @@ def timeline(results: Results) -> Figure:
     return fig
 
 
+def kv_timeline(results: Results) -> Figure:
+    """KV memory allocated and holding tokens, % of capacity, over time (memory runs)."""
+    plt = _pyplot()
+    names = [n for n in results if results[n].kv_series is not None]
+    fig, axes = plt.subplots(len(names), 1, figsize=(9, 2.2 * len(names) + 0.6), sharex=True,
+                             squeeze=False)
+    for ax, name in zip(axes[:, 0], names, strict=True):
+        v = results[name]
+        kv = v.kv_usage
+        cap = v.summary["kv_capacity_tokens"] / 100
+        t = (kv["t_start"] + kv["t_end"]) / 2
+        ax.fill_between(t, 0, kv["allocated"] / cap, step="mid", alpha=0.35, label="allocated")
+        ax.plot(t, kv["tokens"] / cap, drawstyle="steps-mid", lw=0.8, label="real tokens")
+        ax.set_ylim(0, 100)
+        ax.set_ylabel("% of KV")
+        ax.set_title(name)
+        ax.grid(True, alpha=0.3)
+    axes[0, 0].legend(loc="lower right", fontsize="small")
+    axes[-1, 0].set_xlabel("time (s)")
+    fig.tight_layout()
+    return fig
+
+
 def write_all(results: Results, out: Path) -> list[Path]:
     """Write every plot as PNG into ``out``; return the paths."""
     plt = _pyplot()
     paths = []
-    for name, make in (("gantt", gantt), ("latency_cdf", latency_cdfs), ("timeline", timeline)):
+    makers = [("gantt", gantt), ("latency_cdf", latency_cdfs), ("timeline", timeline)]
+    if any(v.kv_series is not None for v in results.values()):
+        makers.append(("kv_usage", kv_timeline))
+    for name, make in makers:
         fig = make(results)
         p = out / f"{name}.png"
         fig.savefig(p, dpi=110)
