@@ -1,6 +1,7 @@
 """The scheduler context: everything a policy sees, in one small object.
 
-A policy reads the clock, the waiting queue and the arrival event here, and
+A policy reads the clock, the waiting queue, the arrival event and (with a
+``memory`` section) the KV pool ``kv`` here, and
 moves requests through their life cycle with :meth:`admit`,
 :meth:`first_token`, :meth:`finish`, :meth:`reject` and :meth:`abort`, which
 keep the request's timestamps and the recorder consistent. The arrival event

@@ -64,6 +64,7 @@ class KVPool:
         self._swapped: dict[int, int] = {}  # request id -> CPU blocks
         self.num_swap_blocks_used = 0
         self.peak_allocated = 0
+        self.num_releases = 0  # memory returned this many times (holes may have changed)
         # counters reported in the summary
         self.num_preemptions = 0
         self.num_recomputed_tokens = 0
@@ -114,6 +115,7 @@ class KVPool:
             g.succeed(g.n)
 
     def _released(self) -> None:
+        self.num_releases += 1
         if self._getters:
             self._serve()
         ev = self._freed

@@ -82,8 +82,9 @@ class KVDecodePolicy(DecodeOnlyPolicy):
         self._swapped: deque[Request] = deque()
         self._swapped_in: list[Request] = []
         self._blocked = False  # a request waited for memory this round
-        # the last request refused for memory, with the free units and reserve it saw
-        self._miss: tuple[Request, int, int] | None = None
+        # the last request refused for memory, with the releases, free units and reserve
+        # it saw: until memory is released it cannot fit (admissions only shrink holes)
+        self._miss: tuple[Request, int, int, int] | None = None
 
     # -- planning -------------------------------------------------------------
     def next_step(self) -> Generator[simpy.Event, Any, StepPlan | None]:
@@ -148,12 +149,13 @@ class KVDecodePolicy(DecodeOnlyPolicy):
             raise self._no_progress(req)
         keep = self.keep_free if self.batch.size else 0
         miss = self._miss
-        if miss is not None and miss[0] is req and kv.free_units <= miss[1] and keep >= miss[2]:
-            self._blocked = True  # it did not fit with as much free memory before
+        if (miss is not None and miss[0] is req and miss[1] == kv.num_releases
+                and kv.free_units <= miss[2] and keep >= miss[3]):
+            self._blocked = True  # nothing was released since it last did not fit
             return False
         if not kv.admit(req, keep):
             self._blocked = True
-            self._miss = None if kv.has_getters else (req, kv.free_units, keep)
+            self._miss = None if kv.has_getters else (req, kv.num_releases, kv.free_units, keep)
             return False
         self._miss = None
         if req.num_output_tokens:  # resumes after a recompute preemption
