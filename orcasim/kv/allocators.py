@@ -64,7 +64,8 @@ class PagedAllocator:
 
     def need(self, req: Request) -> int:
         """Blocks ``req`` needs to run its next step (prompt and generated tokens so far)."""
-        return cdiv(max(req.prompt_len, 1) + req.num_output_tokens, self.block_size)
+        p = req.prompt_len
+        return -(-((p if p > 0 else 1) + req.num_output_tokens) // self.block_size)
 
     def held_blocks(self, req: Request) -> int:
         return self.held[req.id]
@@ -96,7 +97,8 @@ class PagedAllocator:
 
     def _note_final(self, req: Request, n: int) -> None:
         slots = n * self.block_size
-        fp = max(req.prompt_len, 1) + req.output_len - 1
+        p = req.prompt_len
+        fp = (p if p > 0 else 1) + req.output_len - 1
         if slots >= fp:  # its final block: the tail beyond the footprint is never filled
             self._internal[req.id] = slots - fp
             self.internal_slots += slots - fp

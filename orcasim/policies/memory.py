@@ -15,8 +15,8 @@ Each planning round, in this order:
    priority) is preempted, by ``recompute`` (free its blocks, put it back at
    the head of the queue; it recomputes prompt and generated tokens when it
    runs again) or ``swap`` (copy its blocks to the CPU swap space at PCIe
-   bandwidth, charging that time; it is swapped back in before new requests
-   are admitted). Swapping falls back to recompute when the swap space is full.
+   bandwidth, charging that time before the step; it is swapped back in
+   before new requests are admitted). Swapping falls back to recompute when the swap space is full.
 2. **swap-in**, first come first served, while the memory fits;
 3. **admission** (the subclass's :meth:`admit`, using :meth:`try_join`):
    ``kv_admission: head_of_line`` stops at the first request whose memory
@@ -95,11 +95,13 @@ class KVDecodePolicy(DecodeOnlyPolicy):
         heap = self._grow_heap
         while True:
             ctx.poll_arrivals()
-            if heap and heap[0][0] <= batch.num_steps:
-                yield from self._grow()
+            secs = self._grow() if heap and heap[0][0] <= batch.num_steps else 0.0
             self._blocked = False
             if self._swapped:
-                yield from self._swap_in()
+                secs += self._swap_in()
+            if secs:  # the engine copies swapped blocks before it runs the step
+                yield ctx.env.timeout(secs)
+                ctx.poll_arrivals()
             if ctx.waiting and not self._swapped:
                 self.admit()
             if batch.size:
@@ -142,11 +144,6 @@ class KVDecodePolicy(DecodeOnlyPolicy):
         if kv.too_long(req):
             self.ctx.reject(req, "exceeds_max_model_len")
             return None
-        if kv.need(req) > kv.capacity_units:
-            if req.num_output_tokens == 0:
-                self.ctx.reject(req, "exceeds_kv_capacity")
-                return None
-            raise self._no_progress(req)
         keep = self.keep_free if self.batch.size else 0
         miss = self._miss
         if (miss is not None and miss[0] is req and miss[1] == kv.num_releases
@@ -154,6 +151,11 @@ class KVDecodePolicy(DecodeOnlyPolicy):
             self._blocked = True  # nothing was released since it last did not fit
             return False
         if not kv.admit(req, keep):
+            if kv.need(req) > kv.capacity_units:  # it never will
+                if req.num_output_tokens == 0:
+                    self.ctx.reject(req, "exceeds_kv_capacity")
+                    return None
+                raise self._no_progress(req)
             self._blocked = True
             self._miss = None if kv.has_getters else (req, kv.num_releases, kv.free_units, keep)
             return False
@@ -204,7 +206,8 @@ class KVDecodePolicy(DecodeOnlyPolicy):
             heapq.heappush(self._grow_heap,
                            (batch.num_steps + held + 1 - known, req._batch_seq, req))
 
-    def _grow(self) -> Generator[simpy.Event, Any, None]:
+    def _grow(self) -> float:
+        """Give due members their next block, preempting as needed; seconds of swapping."""
         batch = self.batch
         kv = self.kv
         assert kv is not None
@@ -217,6 +220,7 @@ class KVDecodePolicy(DecodeOnlyPolicy):
                 due.append(req)
         bs = kv.block_size
         push = heapq.heappush
+        secs = 0.0
         for req in due:
             if req._batch_seq < 0:  # preempted earlier in this round
                 continue
@@ -224,13 +228,14 @@ class KVDecodePolicy(DecodeOnlyPolicy):
             known = start + batch.output_tokens(req)
             while not kv.grow(req, known):
                 victim = self._victim()
-                yield from self._preempt(victim)
+                secs += self._preempt(victim)
                 if victim is req:
                     break
             else:
                 # it now holds known - 1 + bs slots: the next block is due bs steps later
                 if known - 1 + bs < start + req.output_len - 1:
                     push(heap, (step + bs, req._batch_seq, req))
+        return secs
 
     def _no_progress(self, req: Request) -> SimulationError:
         kv = self.kv
@@ -252,7 +257,8 @@ class KVDecodePolicy(DecodeOnlyPolicy):
         # vLLM's convention: a larger priority value is less important; latest arrival on ties
         return max(batch, key=lambda r: (r.priority, r.arrival, r.id))
 
-    def _preempt(self, victim: Request) -> Generator[simpy.Event, Any, None]:
+    def _preempt(self, victim: Request) -> float:
+        """Take ``victim`` out of the batch; seconds its swap-out takes (0 for recompute)."""
         ctx = self.ctx
         kv = self.kv
         assert kv is not None
@@ -265,29 +271,32 @@ class KVDecodePolicy(DecodeOnlyPolicy):
             secs = kv.swap_out(victim)
             if secs is not None:
                 self._swapped.append(victim)
-                yield ctx.env.timeout(secs)
-                return
+                return secs
         kv.release(victim)
         ctx.waiting.appendleft(victim)
+        return 0.0
 
-    def _swap_in(self) -> Generator[simpy.Event, Any, None]:
+    def _swap_in(self) -> float:
+        """Swap requests back in, first come first served, while they fit; seconds it takes."""
         kv = self.kv
         assert kv is not None
         swapped = self._swapped
         room = self.room()
+        secs = 0.0
         while swapped and room > 0:
             req = swapped[0]
             if kv.need(req) > kv.capacity_units:
                 raise self._no_progress(req)
-            secs = kv.swap_in(req, self.keep_free if self.batch.size else 0)
-            if secs is None:
+            t = kv.swap_in(req, self.keep_free if self.batch.size else 0)
+            if t is None:
                 self._blocked = True
-                return
+                break
             swapped.popleft()
-            yield self.ctx.env.timeout(secs)
+            secs += t
             self.join(req)
             self._swapped_in.append(req)
             room -= 1
+        return secs
 
     # -- step effects ---------------------------------------------------------
     def complete_step(self, plan: StepPlan, t_start: float, t_end: float) -> None:
