@@ -20,7 +20,7 @@ from orcasim.metrics.recorder import Recorder
 from orcasim.metrics.results import Results, VariantResult
 from orcasim.metrics.summary import summarize
 from orcasim.scenario import Scenario, VariantConfig, load_scenario
-from orcasim.source import OpenLoopSource
+from orcasim.source import make_source
 from orcasim.workload.base import WorkloadArrays
 
 
@@ -41,7 +41,7 @@ def run_variant(
     ctx = SchedulerContext(env, rec)
     policy = cfg.policy.create(ctx)
     latency = cfg.latency.create()
-    OpenLoopSource(env, ctx, arrays)
+    make_source(env, ctx, arrays)
     engine = Engine(env, ctx, policy, latency)
     env.run()
     left = len(ctx.waiting) + sum(1 for _ in policy.running_requests())
