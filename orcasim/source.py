@@ -85,10 +85,13 @@ class OpenLoopSource:
             setattr(req, key, col[i])
         return req
 
+    def next_arrival(self) -> float | None:
+        """Arrival time of the next request released by the clock (``None``: none left)."""
+        return self._arrival[self._next] if self._next < self._n else None
+
     def run(self) -> Generator[simpy.Event, None, None]:
         env = self.env
-        while self._next < self._n:
-            t = self._arrival[self._next]
+        while (t := self.next_arrival()) is not None:
             if t > env.now:
                 yield env.timeout(delay_until(env.now, t))
             self.flush(env.now)
@@ -126,8 +129,8 @@ class ChainedSource(OpenLoopSource):
         return self._submitted >= self._n
 
     def pending_until(self, now: float) -> bool:
-        k = self._next_root
-        if k < len(self._roots) and self._root_time[k] <= now:
+        t = self.next_arrival()
+        if t is not None and t <= now:
             return True
         return bool(self._due) and self._due[0][0] <= now
 
@@ -161,14 +164,9 @@ class ChainedSource(OpenLoopSource):
         if self.pending_until(self.env.now):
             self.flush(self.env.now)
 
-    def run(self) -> Generator[simpy.Event, None, None]:
-        env = self.env
-        roots, times = self._roots, self._root_time
-        while self._next_root < len(roots):
-            t = times[self._next_root]
-            if t > env.now:
-                yield env.timeout(delay_until(env.now, t))
-            self.flush(env.now)
+    def next_arrival(self) -> float | None:
+        k = self._next_root
+        return self._root_time[k] if k < len(self._roots) else None
 
 
 def make_source(env: simpy.Environment, ctx: SchedulerContext, arrays: WorkloadArrays

@@ -230,3 +230,19 @@ def test_chained_arrays_are_checked():
         WorkloadArrays(**base, after=np.array([-1, 0]), think=np.array([0.0, -1.0])).check()
     with pytest.raises(OrcasimError, match="request 0: arrival time nan"):
         WorkloadArrays(**{**base, "arrival": np.array([np.nan, np.nan])}).check()
+
+
+def test_trace_workload_takes_first_turns_of_sharegpt(tmp_path):
+    path = tmp_path / "sg.json"
+    path.write_text(json.dumps(SHAREGPT))
+    sc = load(tmp_path, f"""\
+        type: trace
+        file: {path}
+        arrival: {{type: poisson, rate: 1.0}}
+        """)
+    arrays = generate_workload(sc.variants[0])
+    # conversations a and c (b has no answered turn), their first turns only
+    assert arrays.prompt_len.tolist() == [10, 6]
+    assert arrays.output_len.tolist() == [4, 2]
+    assert arrays.arrival.tolist() == np.cumsum(
+        np.random.default_rng(0).exponential(1.0, size=2)).tolist()

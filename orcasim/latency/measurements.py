@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from orcasim.plan import StepPlan
-from orcasim.workload.traces import TraceError, _csv_rows, _floats
+from orcasim.workload.traces import TraceError, csv_columns, float_column
 
 FEATURES = ("batch_size", "prefill_tokens", "decode_tokens", "kv_tokens")
 COLUMNS = (*FEATURES, "seconds")
@@ -51,9 +51,9 @@ def load_measurements(path: str | Path) -> Measurements:
         text = Path(path).expanduser().read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise TraceError(name, f"cannot read: {getattr(err, 'strerror', None) or err}") from None
-    cols, lines = _csv_rows(text, name, COLUMNS)
-    x = np.column_stack([_floats(cols[c], c, name, lines) for c in FEATURES])
-    seconds = _floats(cols["seconds"], "seconds", name, lines)
+    cols, lines = csv_columns(text, name, COLUMNS)
+    x = np.column_stack([float_column(cols[c], c, name, lines) for c in FEATURES])
+    seconds = float_column(cols["seconds"], "seconds", name, lines)
     bad = np.flatnonzero(seconds <= 0)
     if bad.size:
         raise TraceError(name, f"seconds: {cols['seconds'][bad[0]]!r} must be > 0",

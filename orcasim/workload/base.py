@@ -71,7 +71,6 @@ class WorkloadArrays:
         if bad.size:
             raise OrcasimError(f"{source}: request {bad[0]}: output_len must be >= 1")
 
-
     def _check_chains(self, source: str) -> np.ndarray:
         """Check ``after`` and ``think``; return the indices of the open-loop requests."""
         n = len(self.arrival)

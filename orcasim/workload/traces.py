@@ -102,14 +102,20 @@ def resolve(file: str | Path) -> tuple[Any, str]:
 
 def detect_format(file: str | Path) -> str:
     """The format of a trace from its name and first line."""
-    path, name = resolve(file)
+    return _detect(*resolve(file))
+
+
+def _detect(path: Any, name: str) -> str:
     suffix = Path(str(path)).suffix.lower()
     if suffix == ".jsonl":
         return "mooncake"
     if suffix == ".json":
         return "sharegpt"
-    with path.open("r", encoding="utf-8") as fh:
-        header = fh.readline()
+    try:
+        with path.open("r", encoding="utf-8") as fh:
+            header = fh.readline()
+    except (OSError, UnicodeDecodeError) as err:
+        raise TraceError(name, f"cannot read: {err}") from None
     cols = [c.strip() for c in header.split(",")]
     if "TIMESTAMP" in cols:
         return "azure"
@@ -129,22 +135,22 @@ def load_trace(
     """Read a trace file (or shipped slice) in ``format`` (``auto``: from name and header)."""
     path, name = resolve(file)
     if format == "auto":
-        format = detect_format(file)
+        format = _detect(path, name)
     if format not in FORMATS:
         raise TraceError(name, f"unknown trace format {format!r} (known: {', '.join(FORMATS)})")
     stamp = (0, 0)
     if isinstance(path, Path):
         st = path.stat()
         stamp = (st.st_mtime_ns, st.st_size)
-    return _load_cached(str(path), name, stamp, format, tokenizer, hash_block_size)
+    return _load_cached(path, name, stamp, format, tokenizer, hash_block_size)
 
 
 @lru_cache(maxsize=16)
-def _load_cached(path: str, name: str, stamp: tuple[int, int], format: str,
+def _load_cached(path: Any, name: str, stamp: tuple[int, int], format: str,
                  tokenizer: str | None, hash_block_size: int) -> Trace:
-    p, _ = resolve(name) if name in SHIPPED else (Path(path), name)
+    """The trace at ``path``; ``stamp`` (mtime, size) is in the key so an edited file reloads."""
     try:
-        text = p.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise TraceError(name, f"cannot read: {err}") from None
     if format == "azure":
@@ -166,7 +172,8 @@ def _load_cached(path: str, name: str, stamp: tuple[int, int], format: str,
 
 # -- CSV --------------------------------------------------------------------------------------
 
-def _csv_rows(text: str, name: str, need: Sequence[str]) -> tuple[dict[str, list[str]], list[int]]:
+def csv_columns(text: str, name: str, need: Sequence[str]
+                ) -> tuple[dict[str, list[str]], list[int]]:
     """Columns named in ``need`` as strings, and the line number of each row."""
     reader = csv.reader(io.StringIO(text))
     try:
@@ -193,7 +200,7 @@ def _csv_rows(text: str, name: str, need: Sequence[str]) -> tuple[dict[str, list
     return cols, lines
 
 
-def _ints(values: list[Any], column: str, name: str, lines: list[int], *, min_value: int = 0
+def int_column(values: list[Any], column: str, name: str, lines: list[int], *, min_value: int = 0
           ) -> np.ndarray:
     """Integer column; the first value that is not a whole number >= ``min_value`` is an error.
 
@@ -237,7 +244,8 @@ def _json_int(v: Any) -> bool:
     return isinstance(v, int) or (isinstance(v, float) and v.is_integer())
 
 
-def _floats(values: list[Any], column: str, name: str, lines: list[int]) -> np.ndarray:
+def float_column(values: list[Any], column: str, name: str, lines: list[int]) -> np.ndarray:
+    """Column of finite numbers >= 0; the first that is not is an error naming its line."""
     try:
         a = np.array(values, dtype=np.float64)
     except (ValueError, TypeError):
@@ -263,7 +271,7 @@ def _check_sorted(t: np.ndarray, column: str, name: str, lines: list[int]) -> No
 
 
 def _azure(text: str, name: str) -> Trace:
-    cols, lines = _csv_rows(text, name, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
+    cols, lines = csv_columns(text, name, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
     stamps = cols["TIMESTAMP"]
     try:
         t = np.array(stamps, dtype="datetime64[ns]")
@@ -282,25 +290,23 @@ def _azure(text: str, name: str) -> Trace:
     return Trace(
         source=name,
         arrival=ns / 1e9,
-        prompt_len=_ints(cols["ContextTokens"], "ContextTokens", name, lines),
-        output_len=_ints(cols["GeneratedTokens"], "GeneratedTokens", name, lines, min_value=1),
+        prompt_len=int_column(cols["ContextTokens"], "ContextTokens", name, lines),
+        output_len=int_column(cols["GeneratedTokens"], "GeneratedTokens", name, lines, min_value=1),
     )
 
 
 def _lengths(text: str, name: str) -> Trace:
-    header = text.split("\n", 1)[0]
-    has_time = "arrived_at" in [c.strip() for c in header.split(",")]
-    need = ["num_prefill_tokens", "num_decode_tokens"] + (["arrived_at"] if has_time else [])
-    cols, lines = _csv_rows(text, name, need)
-    prompt = _ints(cols["num_prefill_tokens"], "num_prefill_tokens", name, lines)
-    output = _ints(cols["num_decode_tokens"], "num_decode_tokens", name, lines, min_value=1)
+    header = [c.strip() for c in text.split("\n", 1)[0].split(",")]
+    optional = [c for c in ("arrived_at", "num_total_tokens") if c in header]
+    cols, lines = csv_columns(text, name, ["num_prefill_tokens", "num_decode_tokens", *optional])
+    prompt = int_column(cols["num_prefill_tokens"], "num_prefill_tokens", name, lines)
+    output = int_column(cols["num_decode_tokens"], "num_decode_tokens", name, lines, min_value=1)
     arrival = None
-    if has_time:
-        arrival = _floats(cols["arrived_at"], "arrived_at", name, lines)
+    if "arrived_at" in cols:
+        arrival = float_column(cols["arrived_at"], "arrived_at", name, lines)
         _check_sorted(arrival, "arrived_at", name, lines)
-    if "num_total_tokens" in [c.strip() for c in header.split(",")]:
-        tcols, _ = _csv_rows(text, name, ("num_total_tokens",))
-        total = _ints(tcols["num_total_tokens"], "num_total_tokens", name, lines)
+    if "num_total_tokens" in cols:
+        total = int_column(cols["num_total_tokens"], "num_total_tokens", name, lines)
         bad = np.flatnonzero(total != prompt + output)
         if bad.size:
             k = int(bad[0])
@@ -347,13 +353,13 @@ def _mooncake(text: str, name: str, block_size: int) -> Trace:
     for v, line in zip(stamps, lines, strict=True):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise TraceError(name, f"timestamp: {v!r} is not a number", line)
-    t = _floats(stamps, "timestamp", name, lines) / 1000.0
+    t = float_column(stamps, "timestamp", name, lines) / 1000.0
     _check_sorted(t, "timestamp", name, lines)
     return Trace(
         source=name,
         arrival=t,
-        prompt_len=_ints(prompt, "input_length", name, lines),
-        output_len=_ints(output, "output_length", name, lines, min_value=1),
+        prompt_len=int_column(prompt, "input_length", name, lines),
+        output_len=int_column(output, "output_length", name, lines, min_value=1),
         hash_ids=tuple(hashes),
         hash_block_size=block_size,
     )
