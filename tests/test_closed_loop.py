@@ -143,10 +143,16 @@ SHAREGPT = [
 ]
 
 
-def test_sharegpt_turns_with_the_character_estimate(tmp_path):
+@pytest.fixture
+def sharegpt(tmp_path) -> Path:
+    """SHAREGPT written as a ShareGPT JSON file."""
     path = tmp_path / "sg.json"
     path.write_text(json.dumps(SHAREGPT))
-    tr = load_trace(path)
+    return path
+
+
+def test_sharegpt_turns_with_the_character_estimate(sharegpt):
+    tr = load_trace(sharegpt)
     # ceil(chars / 4): "Be brief." 3, "Hello there, how are you?" 7, "Fine, thanks." 4,
     # "Tell me a joke." 4, "" 0 -> 1, "What is two plus two?" 6, "Four." 2
     assert tr.session.tolist() == [0, 0, 2]
@@ -157,7 +163,7 @@ def test_sharegpt_turns_with_the_character_estimate(tmp_path):
     assert tr.num_skipped == 1
 
 
-def test_sharegpt_tokens_counted_with_a_tokenizer_file(tmp_path):
+def test_sharegpt_tokens_counted_with_a_tokenizer_file(tmp_path, sharegpt):
     tokenizers = pytest.importorskip("tokenizers")
     from tokenizers import models, pre_tokenizers
 
@@ -170,9 +176,7 @@ def test_sharegpt_tokens_counted_with_a_tokenizer_file(tmp_path):
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok_path = tmp_path / "tokenizer.json"
     tok.save(str(tok_path))
-    path = tmp_path / "sg.json"
-    path.write_text(json.dumps(SHAREGPT))
-    tr = load_trace(path, tokenizer=str(tok_path))
+    tr = load_trace(sharegpt, tokenizer=str(tok_path))
     # words and punctuation: "Be brief ." 3, "Hello there , how are you ?" 7, "Fine , thanks ." 4,
     # "Tell me a joke ." 5, "" 0 -> 1, "What is two plus two ?" 6, "Four ." 2
     assert tr.prompt_len.tolist() == [10, 19, 6]
@@ -194,12 +198,10 @@ def test_sharegpt_malformed(tmp_path, data, message):
     assert message in str(exc.value)
 
 
-def test_sessions_from_a_sharegpt_file(tmp_path):
-    path = tmp_path / "sg.json"
-    path.write_text(json.dumps(SHAREGPT))
+def test_sessions_from_a_sharegpt_file(tmp_path, sharegpt):
     sc = load(tmp_path, f"""\
         type: sessions
-        file: {path}
+        file: {sharegpt}
         arrival: {{type: poisson, rate: 1.0}}
         think_time: 2.0
         """, policy="{type: continuous, max_batch: 4}")
@@ -214,7 +216,7 @@ def test_sessions_from_a_sharegpt_file(tmp_path):
                        r"num_sessions \(5\)"):
         generate_workload(load(tmp_path, f"""\
             type: sessions
-            file: {path}
+            file: {sharegpt}
             num_sessions: 5
             arrival: {{type: poisson, rate: 1.0}}
             """).variants[0])
@@ -232,12 +234,10 @@ def test_chained_arrays_are_checked():
         WorkloadArrays(**{**base, "arrival": np.array([np.nan, np.nan])}).check()
 
 
-def test_trace_workload_takes_first_turns_of_sharegpt(tmp_path):
-    path = tmp_path / "sg.json"
-    path.write_text(json.dumps(SHAREGPT))
+def test_trace_workload_takes_first_turns_of_sharegpt(tmp_path, sharegpt):
     sc = load(tmp_path, f"""\
         type: trace
-        file: {path}
+        file: {sharegpt}
         arrival: {{type: poisson, rate: 1.0}}
         """)
     arrays = generate_workload(sc.variants[0])
