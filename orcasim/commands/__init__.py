@@ -9,4 +9,7 @@ COMMANDS = [
     "orcasim.commands.run",
     "orcasim.commands.validate",
     "orcasim.commands.listing",
+    "orcasim.commands.sweep",
+    "orcasim.commands.compare",
+    "orcasim.commands.report",
 ]
