@@ -58,7 +58,8 @@ def _load(x: pd.DataFrame | str | Path) -> tuple[pd.DataFrame, list[str]]:
 
     if isinstance(x, (str, Path)):
         store = SweepStore(x)
-        return store.results(), list(store.manifest()["params"])
+        params = list(store.manifest()["params"])
+        return store.results(), params
     df = x
     cols = list(df.columns)
     return df, cols[len(META_COLUMNS): cols.index("status")]

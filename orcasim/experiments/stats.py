@@ -92,7 +92,8 @@ def format_pm(mean: float, half_width: float) -> str:
         r = float(f"{abs(half_width):.2g}")
     digits = -math.floor(math.log10(r)) + sig - 1
     d = max(digits, 0)
-    return f"{round(mean, digits):.{d}f} ± {round(r, digits):.{d}f}"
+    m = round(mean, digits) + 0.0  # + 0.0: no "-0"
+    return f"{m:.{d}f} ± {round(r, digits):.{d}f}"
 
 
 def _plain(v: float) -> str:
