@@ -78,7 +78,9 @@ class Doc:
             elif kind == "p":
                 out.append(f"<p>{_inline_html(x)}</p>")
             elif kind == "ul":
-                out.append("<ul>" + "".join(f"<li>{_inline_html(s)}</li>" for s in x) + "</ul>")
+                out.append("<ul>" + "".join(
+                    f"<li{' class=warn' if s.startswith('WARNING') else ''}>{_inline_html(s)}</li>"
+                    for s in x) + "</ul>")
             elif kind == "table":
                 out.append("<div class='tbl'>" + x.to_html(index=False, border=0, na_rep="-")
                            + "</div>")
@@ -179,7 +181,7 @@ def build(store: SweepStore, manifest: dict[str, Any], df: pd.DataFrame,
     if manifest.get("overrides"):
         setup.append("overrides: " + ", ".join(f"`{k}={v}`" for k, v in manifest["overrides"]))
     doc.items(setup)
-    _checks(doc, df, len(ok), manifest["num_runs"])
+    _checks(doc, df, len(ok), manifest["num_runs"], params)
     metrics = [m for m in metrics if m in df.columns]
     agg = aggregate(ok, params, metrics)
     doc.h2("Results: mean ± 95% CI over seeds")
@@ -196,7 +198,21 @@ def build(store: SweepStore, manifest: dict[str, Any], df: pd.DataFrame,
     return doc
 
 
-def _checks(doc: Doc, df: pd.DataFrame, num_ok: int, num_runs: int) -> None:
+def _where(bad: pd.DataFrame, ok: pd.DataFrame, params: list[str]) -> str:
+    """``" (rate = 1.5: 10 of 10 runs; ...)"``: which points the failing runs belong to."""
+    keys = [p for p in params if ok[p].nunique() > 1] or params
+    total = ok.groupby(keys, sort=False).size()
+    parts = []
+    for key, n in bad.groupby(keys, sort=False).size().items():
+        key = key if isinstance(key, tuple) else (key,)
+        label = ", ".join(f"{k} = {v}" for k, v in zip(keys, key, strict=True))
+        parts.append(f"{label}: {n} of {total[key if len(keys) > 1 else key[0]]}")
+    more = f"; and {len(parts) - 6} more point(s)" if len(parts) > 6 else ""
+    return " (" + "; ".join(parts[:6]) + more + ")"
+
+
+def _checks(doc: Doc, df: pd.DataFrame, num_ok: int, num_runs: int,
+            params: list[str]) -> None:
     doc.h2("Checks")
     bad = df[df["status"] != "ok"]
     lines = []
@@ -208,12 +224,15 @@ def _checks(doc: Doc, df: pd.DataFrame, num_ok: int, num_runs: int) -> None:
     little = ok[ok["check_little"] == False]  # noqa: E712
     if not cons.empty:
         lines.append(f"WARNING: {len(cons)} run(s) break conservation "
-                     f"(arrived = finished + rejected + aborted), e.g. run "
+                     f"(arrived = finished + rejected + aborted){_where(cons, ok, params)}, "
+                     f"e.g. run "
                      f"`{cons['run_id'].iloc[0]}`: {cons['check_warnings'].iloc[0]}")
     if not little.empty:
         lines.append(f"WARNING: {len(little)} run(s) miss Little's law by more than "
-                     f"{LITTLE_TOLERANCE:.0%}: the measurement window is not in steady state "
-                     f"(largest gap {little['little_rel_err'].max():.1%}), e.g. run "
+                     f"{LITTLE_TOLERANCE:.0%}{_where(little, ok, params)}: their measurement "
+                     f"window is not in steady state (a queue still growing or draining; "
+                     f"largest gap {little['little_rel_err'].max():.1%}), so their latencies "
+                     f"describe a transient, e.g. run "
                      f"`{little['run_id'].iloc[0]}`: {little['check_warnings'].iloc[0]}")
     if cons.empty and little.empty and num_ok:
         lines.append(f"All {num_ok} successful runs conserve requests (arrived = finished + "
