@@ -186,3 +186,29 @@ def test_unreachable_cluster_is_a_one_line_error():
         sweep(small(), seeds=1, backend="dask", progress=False)
     with pytest.raises(OrcasimError, match="unknown backend 'mpi'"):
         sweep(small(), seeds=1, backend="mpi", progress=False)
+
+
+def test_backends_that_cannot_stream_get_chunks(tmp_path):
+    # joblib's Ray backend returns lists only; a threading backend that says so stands in
+    import joblib
+    from joblib._parallel_backends import ThreadingBackend
+
+    from orcasim.experiments.grid import plan
+    from orcasim.experiments.runner import _execute
+
+    calls = []
+
+    class ListOnly(ThreadingBackend):
+        supports_return_generator = False
+
+        def configure(self, *args, **kw):
+            calls.append(1)
+            return super().configure(*args, **kw)
+
+    joblib.register_parallel_backend("test-list-only", ListOnly)
+    _, tasks = plan(small(), {"workload.arrival.rate": [5.0, 20.0, 40.0]}, 3, 0, 0)
+    got = list(_execute(tasks, 2, "test-list-only", None, None))
+    assert [r for r, _, _ in got] == [t.run_id for t in tasks]  # lists come in order
+    assert len(calls) == 3  # 18 runs in chunks of 4 per worker: 8, 8, 2
+    ref = {r: row["metrics"] for r, row, _ in _execute(tasks, 1, "loky", None, None)}
+    assert all(row["metrics"] == ref[r] for r, row, _ in got)

@@ -221,13 +221,22 @@ def _execute(
     todo: list[Task], n_jobs: int | None, backend: str, scheduler: str | None,
     address: str | None,
 ) -> Iterator[tuple[str, dict[str, Any], dict[str, bytes]]]:
-    """Yield ``(run_id, row, files)`` for every task, in completion order."""
+    """Yield ``(run_id, row, files)`` for every task, in completion order.
+
+    Backends that cannot stream results (joblib's Ray backend returns a list)
+    get the tasks in chunks of a few per worker, so an interruption loses at
+    most one chunk.
+    """
     if not todo:
         return
     import joblib
 
     jobs = n_jobs if n_jobs is not None else -1
-    calls = (joblib.delayed(execute_run)(t.cfg, t.seed, t.keep_requests, t.run_id) for t in todo)
+
+    def calls(tasks: list[Task]) -> Iterator[Any]:
+        return (joblib.delayed(execute_run)(t.cfg, t.seed, t.keep_requests, t.run_id)
+                for t in tasks)
+
     if backend == "loky" and (jobs == 1 or (jobs == -1 and (os.cpu_count() or 1) == 1)):
         for t in todo:  # no worker processes for a serial sweep
             yield execute_run(t.cfg, t.seed, t.keep_requests, t.run_id)  # type: ignore[arg-type]
@@ -236,10 +245,17 @@ def _execute(
         stack.enter_context(_cluster(backend, scheduler, address))
         if backend != "loky":
             stack.enter_context(joblib.parallel_config(backend=backend))
-        par = joblib.Parallel(n_jobs=jobs, return_as="generator_unordered",
-                              **({"backend": "loky"} if backend == "loky" else {}))
+        kw: dict[str, Any] = {"backend": "loky"} if backend == "loky" else {}
         try:
-            yield from par(calls)
+            try:
+                par = joblib.Parallel(n_jobs=jobs, return_as="generator_unordered", **kw)
+            except ValueError:  # the backend cannot stream: chunks
+                chunk = 4 * joblib.effective_n_jobs(jobs)
+                par = joblib.Parallel(n_jobs=jobs, return_as="list", **kw)
+                for i in range(0, len(todo), chunk):
+                    yield from par(calls(todo[i : i + chunk]))
+                return
+            yield from par(calls(todo))
         except (KeyboardInterrupt, GeneratorExit):
             raise
         except Exception as err:  # a worker or the cluster went away
