@@ -153,3 +153,24 @@ def test_help(argv, capsys):
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert e.value.code == 0 and "usage: orcasim" in capsys.readouterr().out
+
+
+def test_report_draws_latency_by_request_class(tmp_path):
+    from orcasim.experiments import sweep, write_report
+
+    reqs = [{"arrival": i * 0.5, "prompt_len": 0, "output_len": 2 + i % 5,
+             "cls": "chat" if i % 2 else "batch"} for i in range(16)]
+    sc = orcasim_scenario("article_two_slots", {"workload.requests": reqs})
+    sweep(sc, {"policy.max_batch": [2, 3]}, seeds=1, out=tmp_path, progress=False, n_jobs=1)
+    kept = pd.read_parquet(next((tmp_path / "runs").glob("*.requests.parquet")))
+    assert sorted(kept["cls"].unique()) == ["batch", "chat"]
+    paths = write_report(tmp_path)
+    html = paths["html"].read_text()
+    assert "line style by request class" in html
+    assert "Metrics against policy.max_batch" in html
+
+
+def orcasim_scenario(name, overrides):
+    import orcasim
+
+    return orcasim.load_scenario(name).override(overrides)

@@ -184,6 +184,8 @@ def test_unreachable_cluster_is_a_one_line_error():
     pytest.importorskip("distributed")
     with pytest.raises(OrcasimError, match="the dask backend needs --scheduler"):
         sweep(small(), seeds=1, backend="dask", progress=False)
+    with pytest.raises(OrcasimError, match=r"grid seed: .* \(use --seeds and --seed for seeds\)"):
+        sweep(small(), {"seed": [1, 2]}, progress=False)
     with pytest.raises(OrcasimError, match="unknown backend 'mpi'"):
         sweep(small(), seeds=1, backend="mpi", progress=False)
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from orcasim.errors import OrcasimError
 from orcasim.experiments.grid import VARIANT, Task, plan
-from orcasim.experiments.store import SweepStore, assemble
+from orcasim.experiments.store import META_COLUMNS, STATUS_COLUMNS, SweepStore, assemble
 from orcasim.scenario import Scenario, VariantConfig, load_scenario
 
 if TYPE_CHECKING:
@@ -122,6 +122,9 @@ def sweep(
     for k, v in full_grid.items():
         if not v:
             raise OrcasimError(f"grid {k}: needs at least one value")
+        if k in META_COLUMNS or k in STATUS_COLUMNS:
+            hint = " (use --seeds and --seed for seeds)" if k == "seed" else ""
+            raise OrcasimError(f"grid {k}: the results table has a column of that name{hint}")
     n_seeds = seeds if seeds is not None else (opts.seeds if opts is not None else 1)
     if n_seeds < 1:
         raise OrcasimError(f"seeds must be >= 1 (got {n_seeds})")
