@@ -145,3 +145,38 @@ def test_trace_command_names_the_bad_field(tmp_path, capsys, data, message):
     err = capsys.readouterr().err.strip()
     assert rc == 1 and len(err.splitlines()) == 1
     assert err.startswith(f"orcasim: error: {tmp_path / message}"), err
+
+
+GOLDEN_WORKLOADS = sorted(GOLDEN.glob("*.json"))
+
+
+@pytest.mark.parametrize("path", GOLDEN_WORKLOADS, ids=lambda p: p.stem)
+def test_golden_workloads_finish_in_simulated_time(path):
+    """Without the step clock, empty schedule calls take no time; every request still ends."""
+    from orcasim.steptrace import load_workload
+
+    wl = load_workload(path)
+    params = wl.params.model_dump(exclude={"empty_steps"})
+    reqs = [{"name": str(r.id), "arrival": r.arrival_step, "prompt_len": r.prompt_len,
+             "output_len": r.output_len, "priority": r.priority,
+             "prefix_id": None if r.prefix_id is None else str(r.prefix_id),
+             "prefix_len": r.prefix_len} for r in wl.requests]
+    v = run(reqs, latency={"type": "constant", "step_time": 1.0}, trace_steps=False, **params)
+    df = v.requests
+    assert (df["state"] == "finished").all() and len(df) == len(reqs)
+    room = (params["max_model_len"] - df["prompt_len"]).clip(lower=1)
+    assert (df["num_output_tokens"] == np.minimum(df["output_len"], room)).all()
+    golden, _ = read_trace(path.with_suffix(".trace.jsonl"))
+    assert v.summary["num_steps"] <= len(golden)
+
+
+def test_a_stuck_run_is_an_error_not_a_hang(monkeypatch):
+    from orcasim.policies import vllm_v1
+
+    monkeypatch.setattr(vllm_v1, "misfit_reason", lambda *a: None)  # let a too-large one in
+    with pytest.raises(orcasim.SimulationError) as err:
+        run([{"name": "big", "prompt_len": 100, "output_len": 30}], block_size=16, num_blocks=8)
+    # prefill 100 tokens (51 s), decode until its 7 blocks are full (12 s), preempt itself,
+    # and never fit again
+    assert str(err.value) == ("policy 'vllm-v1' cannot schedule request big at t=63: nothing "
+                              "is in flight and nothing fits")

@@ -191,26 +191,33 @@ class KVCacheManager:
         join the table, and every full block of known tokens up to the end of
         this step's chunk is registered in the prefix cache.
         """
-        hit = hit or []
         max_len = self.max_model_len
         computed = min(req.num_computed_tokens + num_hit_tokens, max_len)
-        free = self.pool.num_free_blocks
-        if full_sequence_must_fit:
-            full = min(req.num_tokens, max_len)
-            if self.num_blocks_to_allocate(req, full, hit) + watermark_blocks > free:
-                return None
         num_slots = min(computed + num_new_tokens, max_len)
-        if self.num_blocks_to_allocate(req, num_slots, hit) + watermark_blocks > free:
-            return None
         rid = req.id
         table = self.tables.get(rid)
-        if table is None:
-            table = self.tables[rid] = []
-        if hit:
-            self.pool.touch(hit)
-            table.extend(hit)
-            self.num_cached[rid] = len(table)
-        num_new_blocks = cdiv(num_slots, self.block_size) - len(table)
+        if not hit and not full_sequence_must_fit and table is not None:
+            # a running request: only blocks past its table, no hit to take
+            num_new_blocks = cdiv(num_slots, self.block_size) - len(table)
+            if (max(num_new_blocks, 0) + watermark_blocks
+                    > self.pool.free_queue.num_free_blocks):
+                return None
+        else:
+            hit = hit or []
+            free = self.pool.num_free_blocks
+            if full_sequence_must_fit:
+                full = min(req.num_tokens, max_len)
+                if self.num_blocks_to_allocate(req, full, hit) + watermark_blocks > free:
+                    return None
+            if self.num_blocks_to_allocate(req, num_slots, hit) + watermark_blocks > free:
+                return None
+            if table is None:
+                table = self.tables[rid] = []
+            if hit:
+                self.pool.touch(hit)
+                table.extend(hit)
+                self.num_cached[rid] = len(table)
+            num_new_blocks = cdiv(num_slots, self.block_size) - len(table)
         new: list[Block] = []
         if num_new_blocks > 0:
             new = self.pool.get_new_blocks(num_new_blocks)  # type: ignore[assignment]
@@ -222,12 +229,14 @@ class KVCacheManager:
     def cache_blocks(self, req: Any, num_tokens: int) -> None:
         """Register the full, hashed blocks among the first ``num_tokens`` tokens in the cache."""
         rid = req.id
+        bs = self.block_size
+        start = self.num_cached.get(rid, 0)
+        if num_tokens // bs <= start:
+            return
         hashes = self.hashes.get(rid)
         if not hashes:
             return
-        bs = self.block_size
-        start = self.num_cached.get(rid, 0)
-        end = min(num_tokens, len(hashes) * bs) // bs
+        end = min(num_tokens // bs, len(hashes))
         if start >= end:
             return
         table = self.tables[rid]

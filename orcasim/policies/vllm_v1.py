@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Generator, Iterable
-from typing import Any, Literal
+from collections.abc import Generator
+from typing import Any, Literal, Protocol
 
 import simpy
 from pydantic import Field, model_validator
@@ -51,6 +51,8 @@ from orcasim.registry import policies
 from orcasim.request import Request, RequestState
 
 WAITING, RUNNING, PREEMPTED = 0, 1, 2
+#: schedule() calls in a row that schedule nothing before a simulated-time run is declared stuck
+MAX_EMPTY_SCHEDULES = 1000
 #: kinds of a scheduled entry
 KIND_RUNNING, KIND_NEW, KIND_RESUMED = 0, 1, 2
 KIND_NAMES = ("running", "new", "resumed")
@@ -88,6 +90,14 @@ class StepOutput:
         self.plan: StepPlan | None = None
         self.t_end = 0.0
         self.prev_end = 0.0
+
+
+class StepObserver(Protocol):
+    """Sees every schedule() call and every processed output (e.g. a trace writer)."""
+
+    def scheduled(self, policy: VllmV1, out: StepOutput) -> None: ...
+
+    def updated(self, policy: VllmV1, out: StepOutput, finished: list[Request]) -> None: ...
 
 
 def misfit_reason(prompt_len: int, output_len: int, params: Any) -> str | None:
@@ -156,7 +166,7 @@ class VllmV1(TokenPolicy):
         self.priority = params.policy == "priority"
         self.watermark_blocks = int(params.watermark * params.num_blocks)
         self.seqs: dict[int, _Seq] = {}
-        self.observer: Any = None  # gets scheduled(policy, out) and updated(policy, out, finished)
+        self.observer: StepObserver | None = None
         self._finished_since_schedule = False
         self._arrivals: list[Request] = []
         self._queue: deque[StepOutput] = deque()  # steps in flight, newest first
@@ -176,7 +186,12 @@ class VllmV1(TokenPolicy):
             self.ctx.waiting.appendleft(req)
 
     def _take_arrivals(self) -> None:
-        """Move requests the source just appended to ``ctx.waiting`` into the policy's queue."""
+        """Move requests the source just appended to ``ctx.waiting`` into the policy's queue.
+
+        The source only appends at the right; the policy reorders the queue only
+        during a schedule call, right after taking the new arrivals, so the
+        requests it does not know yet are exactly those at the right end.
+        """
         ctx = self.ctx
         ctx.poll_arrivals()
         waiting, seqs = ctx.waiting, self.seqs
@@ -318,6 +333,7 @@ class VllmV1(TokenPolicy):
         """Apply a step's sampled tokens (``plan``: the step being completed, for its ITL count)."""
         kv, seqs, ctx = self.kv, self.seqs, self.ctx
         max_len = self.params.max_model_len
+        block_size = self.params.block_size
         t_end, prev_end = out.t_end, out.prev_end
         bulk = 0
         finished: list[Request] = []
@@ -342,7 +358,8 @@ class VllmV1(TokenPolicy):
                 ctx.recorder.record_itl(t_end - req.last_token)  # type: ignore[operator]
             req.num_output_tokens += 1
             req.last_token = t_end
-            kv.update_hashes(req)
+            if req.num_tokens % block_size == 0:  # a block of known tokens just filled
+                kv.update_hashes(req)
             if not stale and had_placeholders:
                 seq.num_placeholders -= 1
                 if seq.status == RUNNING:
@@ -389,7 +406,7 @@ class VllmV1(TokenPolicy):
     def next_step(self) -> Generator[simpy.Event, Any, StepPlan | None]:
         ctx = self.ctx
         queue = self._queue
-        idle_schedules = 0
+        num_empty = 0
         while True:
             self._take_arrivals()
             if not self.running and not ctx.waiting and ctx.arrivals_done:
@@ -416,15 +433,15 @@ class VllmV1(TokenPolicy):
                 if self._update_at_end:
                     self._update_at_end = False
                     self._update(out)
-                if out.preempted or any(o.num_tokens for o in queue):
-                    continue
-                if self.running or ctx.waiting:
-                    idle_schedules += 1
-                    if ctx.arrivals_done or idle_schedules > 1000:
-                        head = (self.running or ctx.waiting)[0]
-                        raise SimulationError(
-                            f"policy 'vllm-v1' cannot schedule request {head.label} at "
-                            f"t={ctx.now:.6g}: nothing is in flight and nothing fits")
+                num_empty += 1
+                held = self.running or ctx.waiting
+                stuck = bool(held) and not out.preempted and not any(o.num_tokens for o in queue)
+                if num_empty > MAX_EMPTY_SCHEDULES or (stuck and ctx.arrivals_done):
+                    who = f"request {held[0].label}" if held else "anything"
+                    raise SimulationError(
+                        f"policy 'vllm-v1' cannot schedule {who} at t={ctx.now:.6g}: "
+                        "nothing is in flight and nothing fits")
+                if stuck:  # only an arrival can change anything
                     yield ctx.arrival
             elif not queue:
                 yield ctx.arrival
@@ -439,6 +456,3 @@ class VllmV1(TokenPolicy):
         if self._update_at_end:
             self._update_at_end = False
             self._update(out, plan)
-
-    def running_requests(self) -> Iterable[Request]:
-        return iter(self.running)
