@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from orcasim.kv.cache_manager import KVCacheManager, ReuseFirstBlockPool
 from orcasim.request import Request
 
@@ -102,3 +105,39 @@ def test_caching_off_never_hits():
     b = req(1, 9, prefix=("S", 8))
     kv.update_hashes(b)
     assert kv.get_computed_blocks(b) == ([], 0) and kv.num_cached_blocks == 0
+
+
+OPS = st.lists(st.tuples(st.sampled_from(["alloc", "free", "hit"]), st.integers(0, 30),
+                         st.integers(1, 6)), max_size=60)
+
+
+@settings(max_examples=200)
+@given(OPS, st.booleans())
+def test_random_tables_keep_the_pool_invariants(ops, caching):
+    """Counts add up; a freed table's blocks without content go to the head of the free queue
+    and its cached blocks to the tail, tail block first in both."""
+    kv = KVCacheManager(16, 4, enable_caching=caching)
+    live: dict[int, Request] = {}
+    for op, x, y in ops:
+        if op in ("alloc", "hit"):
+            r = req(len(live) + 1000 * x, 4 * y + x % 4, prefix=("S", 8) if op == "hit" else None)
+            if r.id in live:
+                continue
+            kv.update_hashes(r)
+            hit, num_hit = kv.get_computed_blocks(r)
+            if kv.allocate_slots(r, r.num_tokens - num_hit, hit, num_hit) is not None:
+                live[r.id] = r
+        elif live:
+            r = live.pop(sorted(live)[x % len(live)])
+            held = kv.tables[r.id]
+            kv.free(r)
+            queue = list(kv.pool.free_queue)
+            freed_now = [b for b in held if b.ref_cnt == 0]
+            plain = [queue.index(b) for b in freed_now if b.block_hash is None]
+            cached = [queue.index(b) for b in freed_now if b.block_hash is not None]
+            assert plain == list(range(len(plain)))[::-1]  # at the head, tail block first
+            assert cached == sorted(cached, reverse=True) and all(
+                i >= len(queue) - len(cached) for i in cached)  # at the tail, head block last
+        kv.pool.check()
+        held_blocks = {b.block_id for t in kv.tables.values() for b in t}
+        assert kv.num_free_blocks + len(held_blocks) == kv.pool.num_usable_blocks
