@@ -12,6 +12,7 @@ the engine is busy.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import simpy
@@ -33,6 +34,8 @@ class SchedulerContext:
         self.waiting: deque[Request] = deque()
         self.source: OpenLoopSource | None = None
         self.last_step_end = 0.0  # end time of the engine's most recent step
+        #: called with each request as it reaches its final state (closed-loop sources)
+        self.on_end: Callable[[Request], None] | None = None
         self.kv: KVPool | None = None  # KV memory, when the scenario has a memory section
         self._arrival: simpy.Event | None = None
 
@@ -83,17 +86,22 @@ class SchedulerContext:
         """``req`` emitted its last token at ``t``."""
         req.state = RequestState.FINISHED
         req.finish = req.last_token = t
-        self.recorder.record_request(req)
+        self._ended(req)
 
     def reject(self, req: Request, reason: str) -> None:
         """``req`` is turned away without running (admission control, capacity)."""
         req.state = RequestState.REJECTED
         req.reason = reason
-        self.recorder.record_request(req)
+        self._ended(req)
 
     def abort(self, req: Request, reason: str) -> None:
         """``req`` ends before finishing (hard stop, horizon)."""
         req.state = RequestState.ABORTED
         req.reason = reason
         req.finish = self.env.now
+        self._ended(req)
+
+    def _ended(self, req: Request) -> None:
         self.recorder.record_request(req)
+        if self.on_end is not None:
+            self.on_end(req)

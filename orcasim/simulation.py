@@ -20,7 +20,7 @@ from orcasim.metrics.recorder import Recorder
 from orcasim.metrics.results import Results, VariantResult
 from orcasim.metrics.summary import summarize
 from orcasim.scenario import Scenario, VariantConfig, load_scenario
-from orcasim.source import OpenLoopSource
+from orcasim.source import make_source
 from orcasim.workload.base import WorkloadArrays
 
 
@@ -49,7 +49,7 @@ def run_variant(
         raise ScenarioError("memory", f"policy {cfg.policy.type!r} does not model KV memory "
                             "(remove the memory section, or use continuous)")
     latency = cfg.latency.create()
-    OpenLoopSource(env, ctx, arrays)
+    make_source(env, ctx, arrays)
     engine = Engine(env, ctx, policy, latency)
     env.run()
     left = len(ctx.waiting) + sum(1 for _ in policy.running_requests())
@@ -71,6 +71,9 @@ def run_variant(
         busy_time=engine.busy_time,
         max_batch=getattr(cfg.policy.params, "max_batch", None),
         slo=slo,
+        warmup=cfg.metrics.warmup,
+        cooldown=cfg.metrics.cooldown,
+        itl_times=rec.itl_times() if cfg.metrics.warmup or cfg.metrics.cooldown else None,
     )
     if kv is not None:
         summary.update(kv.summary())

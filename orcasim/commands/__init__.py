@@ -9,4 +9,9 @@ COMMANDS = [
     "orcasim.commands.run",
     "orcasim.commands.validate",
     "orcasim.commands.listing",
+    "orcasim.commands.calibrate",
+    "orcasim.commands.sweep",
+    "orcasim.commands.compare",
+    "orcasim.commands.report",
+    "orcasim.commands.trace",
 ]

@@ -1,6 +1,6 @@
 """Scheduling policies. Each lives in one file and registers itself with one decorator."""
 
-from orcasim.policies import continuous, static
+from orcasim.policies import continuous, static, vllm_v1
 from orcasim.policies.base import DecodeOnlyPolicy, Policy, PolicyParams, TokenPolicy
 
 __all__ = [
@@ -10,4 +10,5 @@ __all__ = [
     "TokenPolicy",
     "continuous",
     "static",
+    "vllm_v1",
 ]

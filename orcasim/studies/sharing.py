@@ -1,7 +1,8 @@
 """KV memory saved by block sharing: parallel sampling and beam search on Alpaca-like lengths.
 
-For each request (prompt and output lengths drawn from lognormals with the
-vLLM paper's Alpaca means, 19 and 58 tokens), the request's sequence group
+For each request (prompt and output lengths drawn from the ``alpaca``
+presets: lognormals with the vLLM paper's means, 19 and 58 tokens), the
+request's sequence group
 runs step by step on a paged block pool (:mod:`orcasim.kv.sharing`):
 ``n`` parallel samples, each with its own output length, or ``width`` beams
 for the request's output length. Every step adds the blocks held with
@@ -23,19 +24,16 @@ import numpy as np
 from orcasim.kv.block_pool import BlockPool
 from orcasim.kv.block_table import BlockManager
 from orcasim.kv.sharing import BeamSearch, ParallelSampling
-from orcasim.workload.distributions import LogNormal
-
-# lognormals with the vLLM paper's Alpaca means (19.31 prompt, 58.45 output tokens)
-PROMPT = LogNormal.Params(mu=2.7407, sigma=0.7, min=1, max=256)
-OUTPUT = LogNormal.Params(mu=3.6776, sigma=0.9, min=1, max=512)
+from orcasim.workload.lengths import Alpaca
 
 
 def memory_saving(mode: str, size: int, num_requests: int, *, block_size: int = 16,
                   seed: int = 0, keep: float = 0.0) -> dict[str, float]:
     """Blocks with and without sharing, summed over steps, and the saving (0..1)."""
     rng = np.random.default_rng(seed)
-    prompts = LogNormal(PROMPT).sample(rng, num_requests)
-    outputs = LogNormal(OUTPUT).sample(rng, num_requests * size).reshape(num_requests, size)
+    prompts = Alpaca(Alpaca.Params(column="prompt")).sample(rng, num_requests)
+    outputs = Alpaca(Alpaca.Params(column="output")).sample(rng, num_requests * size)
+    outputs = outputs.reshape(num_requests, size)
     manager = BlockManager(BlockPool(4096, block_size, enable_caching=False))
     with_sharing = without = 0
     for i in range(num_requests):

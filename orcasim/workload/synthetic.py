@@ -7,9 +7,9 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from orcasim.params import ComponentParams
 from orcasim.registry import arrivals, lengths, workloads
 from orcasim.spec import Nested
+from orcasim.workload.attributes import ClassesField, apply_classes
 from orcasim.workload.base import Workload, WorkloadArrays
 
 Column = Literal["arrival", "prompt_len", "output_len"]
@@ -24,7 +24,7 @@ class Synthetic(Workload):
     same seed gives the notebook's requests.
     """
 
-    class Params(ComponentParams):
+    class Params(ClassesField):
         num_requests: int = Field(gt=0)
         arrival: Annotated[Any, Nested(arrivals)]
         prompt_len: Annotated[Any, Nested(lengths)]
@@ -43,8 +43,9 @@ class Synthetic(Workload):
         cols: dict[str, np.ndarray] = {}
         for col in p.draw_order:
             cols[col] = getattr(p, col).create().sample(rng, p.num_requests)
-        return WorkloadArrays(
+        out = WorkloadArrays(
             arrival=np.asarray(cols["arrival"], dtype=np.float64),
             prompt_len=np.asarray(cols["prompt_len"], dtype=np.int64),
             output_len=np.asarray(cols["output_len"], dtype=np.int64),
         )
+        return apply_classes(out, p.classes, rng)
