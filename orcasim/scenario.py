@@ -22,6 +22,7 @@ import yaml
 from pydantic import Field
 
 from orcasim import registry
+from orcasim.control import ControlEvent
 from orcasim.errors import ScenarioError
 from orcasim.params import ComponentParams
 from orcasim.spec import Spec, build_spec, validate_params
@@ -60,6 +61,8 @@ class ScenarioModel(ComponentParams):
     policy: Any
     metrics: MetricsOptions = Field(default_factory=MetricsOptions)
     output: OutputOptions = Field(default_factory=OutputOptions)
+    admission: list[Any] = Field(default_factory=list)
+    events: list[ControlEvent] = Field(default_factory=list)
     variants: dict[str, dict[str, Any] | None] | None = None
 
 
@@ -75,6 +78,8 @@ class VariantConfig:
     metrics: MetricsOptions
     output: OutputOptions
     raw: dict[str, Any] = field(repr=False)
+    admission: tuple[Spec, ...] = ()
+    events: tuple[ControlEvent, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved configuration, every default filled in."""
@@ -83,6 +88,8 @@ class VariantConfig:
             "workload": self.workload.to_dict(),
             "engine": {"latency": self.latency.to_dict()},
             "policy": self.policy.to_dict(),
+            "admission": [a.to_dict() for a in self.admission],
+            "events": [e.model_dump() for e in self.events],
             "metrics": self.metrics.model_dump(),
         }
 
@@ -180,6 +187,9 @@ def _variant(name: str, raw: dict[str, Any], where: str) -> VariantConfig:
             metrics=model.metrics,
             output=model.output,
             raw=raw,
+            admission=tuple(build_spec(registry.admission, a, f"admission.{i}")
+                            for i, a in enumerate(model.admission)),
+            events=tuple(model.events),
         )
     except ScenarioError as err:
         raise ScenarioError(f"{where}{err.field}" if where else err.field, err.message) from None

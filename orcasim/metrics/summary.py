@@ -8,7 +8,8 @@
 - throughput = output tokens / makespan (makespan: time of the last finish, from t = 0)
 
 Latency metrics are over finished requests. Each gets ``_mean``, ``_p50``,
-``_p90`` and ``_p99``.
+``_p90`` and ``_p99``. Per-class and per-tenant keys, and counts of
+rejections and aborts by reason, come from :mod:`orcasim.metrics.groups`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from orcasim.metrics.groups import group_summary
 from orcasim.metrics.stats import percentiles, weighted_mean, weighted_percentiles
 from orcasim.request import RequestState
 
@@ -84,6 +86,7 @@ def summarize(
     out["output_tokens"] = output_tokens
     out["throughput_tok_s"] = output_tokens / makespan if makespan > 0 else float("nan")
     out["requests_per_s"] = out["num_finished"] / makespan if makespan > 0 else float("nan")
+    met = None
     if slo is not None and any(v is not None for v in slo.values()):
         met = slo_met(cols, slo)
         out["goodput_req_s"] = int(met.sum()) / makespan if makespan > 0 else float("nan")
@@ -102,4 +105,5 @@ def summarize(
     out["busy_fraction"] = busy_time / makespan if makespan > 0 else float("nan")
     if max_batch:
         out["slot_utilisation"] = sum_batch / (num_steps * max_batch) if num_steps else float("nan")
+    out.update(group_summary(cols, lat, makespan, met))
     return out

@@ -1,6 +1,19 @@
 """Scheduling policies. Each lives in one file and registers itself with one decorator."""
 
-from orcasim.policies import continuous, static
+from orcasim.policies import (
+    class_share,
+    continuous,
+    decode_first,
+    edf,
+    fcfs,
+    prefill_first,
+    priority,
+    sarathi,
+    sjf,
+    srpt,
+    static,
+    vtc,
+)
 from orcasim.policies.base import DecodeOnlyPolicy, Policy, PolicyParams, TokenPolicy
 
 __all__ = [
@@ -8,6 +21,16 @@ __all__ = [
     "Policy",
     "PolicyParams",
     "TokenPolicy",
+    "class_share",
     "continuous",
+    "decode_first",
+    "edf",
+    "fcfs",
+    "prefill_first",
+    "priority",
+    "sarathi",
+    "sjf",
+    "srpt",
     "static",
+    "vtc",
 ]

@@ -7,10 +7,10 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from orcasim.params import ComponentParams
 from orcasim.registry import arrivals, lengths, workloads
 from orcasim.spec import Nested
 from orcasim.workload.base import Workload, WorkloadArrays
+from orcasim.workload.labels import LabelParams, draw_labels
 
 Column = Literal["arrival", "prompt_len", "output_len"]
 
@@ -21,10 +21,12 @@ class Synthetic(Workload):
 
     The columns are drawn whole, in ``draw_order``; the default is the seed
     notebook's (arrivals, then output lengths, then prompt lengths), so the
-    same seed gives the notebook's requests.
+    same seed gives the notebook's requests. Optional ``classes``, ``tenants``
+    and ``deadline`` label the requests, drawn after the columns
+    (:mod:`orcasim.workload.labels`).
     """
 
-    class Params(ComponentParams):
+    class Params(LabelParams):
         num_requests: int = Field(gt=0)
         arrival: Annotated[Any, Nested(arrivals)]
         prompt_len: Annotated[Any, Nested(lengths)]
@@ -47,4 +49,5 @@ class Synthetic(Workload):
             arrival=np.asarray(cols["arrival"], dtype=np.float64),
             prompt_len=np.asarray(cols["prompt_len"], dtype=np.int64),
             output_len=np.asarray(cols["output_len"], dtype=np.int64),
+            attrs=draw_labels(rng, p.num_requests, p),
         )
