@@ -107,3 +107,14 @@ def group_summary(
             per_tenant.append(s)
         out["jain_index"] = jain_index(np.array(per_tenant))
     return out
+
+
+def split_groups(summary: dict[str, float], kind: str = "class") -> dict[str, dict[str, float]]:
+    """``{"class.a.ttft_p99": v}`` -> ``{"a": {"ttft_p99": v}}`` (``kind``: class or tenant)."""
+    out: dict[str, dict[str, float]] = {}
+    prefix = kind + "."
+    for key, value in summary.items():
+        if key.startswith(prefix):
+            name, _, metric = key[len(prefix):].rpartition(".")
+            out.setdefault(name, {})[metric] = value
+    return out
