@@ -17,7 +17,7 @@ from orcasim.admission.base import Gate
 from orcasim.context import SchedulerContext
 from orcasim.control import control_process, first_time
 from orcasim.engine import Engine
-from orcasim.errors import SimulationError
+from orcasim.errors import ScenarioError, SimulationError
 from orcasim.metrics.recorder import Recorder
 from orcasim.metrics.results import Results, VariantResult
 from orcasim.metrics.summary import summarize
@@ -54,7 +54,7 @@ def run_variant(
     ctx.policy = policy
     latency = cfg.latency.create()
     if cfg.admission or cfg.events:
-        ctx.gate = Gate([a.create(ctx) for a in cfg.admission],
+        ctx.gate = Gate(make_controllers(cfg, ctx),
                         drain_at=first_time(cfg.events, "drain"),
                         stop_at=first_time(cfg.events, "hard_stop"))
     OpenLoopSource(env, ctx, arrays)
@@ -84,6 +84,18 @@ def run_variant(
         steps=rec.steps if trace_steps else None,
         summary=summary,
     )
+
+
+def make_controllers(cfg: VariantConfig, ctx: SchedulerContext) -> list:
+    """The variant's admission controllers; a configuration error names its entry."""
+    out = []
+    for i, spec in enumerate(cfg.admission):
+        try:
+            out.append(spec.create(ctx))
+        except ScenarioError as err:
+            raise ScenarioError(f"admission.{i}", err.message,
+                                cfg.name and f"variant {cfg.name}") from None
+    return out
 
 
 def check_conservation(

@@ -39,11 +39,11 @@ class KVFit(AdmissionController):
         super().__init__(params, ctx)
         kv = ctx.kv
         if kv is None:
-            raise ScenarioError("admission", "kv_fit needs a KV memory model, and this scenario "
+            raise ScenarioError("", "kv_fit needs a KV memory model, and this scenario "
                                 "configures none")
         missing = [a for a in KV_ATTRS if not hasattr(kv, a)]
         if missing:
-            raise ScenarioError("admission", f"kv_fit: the KV memory model has no "
+            raise ScenarioError("", f"kv_fit: the KV memory model has no "
                                 f"{', '.join(missing)}")
         self.kv = kv
 
