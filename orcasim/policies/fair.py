@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, PositiveFloat
 
 from orcasim.context import SchedulerContext
 from orcasim.params import ComponentParams
@@ -29,8 +29,10 @@ from orcasim.request import Request
 
 
 class FairParams(TokenParams):
-    weights: dict[str, float] = Field(default_factory=dict,
-                                      description="share weight per group (default 1)")
+    """Parameters of the fair-share policies."""
+
+    weights: dict[str, PositiveFloat] = Field(default_factory=dict,
+                                              description="share weight per group (default 1)")
     w_input: float = Field(1.0, ge=0, description="counter cost of a prompt token")
     w_output: float = Field(2.0, ge=0, description="counter cost of an output token")
 
