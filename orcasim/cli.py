@@ -4,6 +4,7 @@
     orcasim validate SCENARIO
     orcasim scenarios
     orcasim policies
+    orcasim calibrate MEASUREMENTS.csv [--model linear|roofline]
 
 Each subcommand lives in its own module under :mod:`orcasim.commands`. A user
 mistake prints one line, ``orcasim: error: ...``, and exits non-zero (2 for a

@@ -59,6 +59,8 @@ class SchedulerContext:
         self.gate: Callable[[Request], str | None] | None = None
         self.last_step_end = 0.0  # end time of the engine's most recent step
         self.num_started = 0  # requests that have been scheduled at least once
+        #: called with each request as it reaches its final state (closed-loop sources)
+        self.on_end: Callable[[Request], None] | None = None
         self._arrival: simpy.Event | None = None
         self._slot_freed: simpy.Event | None = None
         self._step_end: simpy.Event | None = None
@@ -176,7 +178,7 @@ class SchedulerContext:
         """``req`` emitted its last token at ``t``."""
         req.state = RequestState.FINISHED
         req.finish = req.last_token = t
-        self.recorder.record_request(req)
+        self._ended(req)
         ev = self._slot_freed
         if ev is not None:
             self._slot_freed = None
@@ -186,7 +188,7 @@ class SchedulerContext:
         """``req`` is turned away without running (admission control, capacity)."""
         req.state = RequestState.REJECTED
         req.reason = reason
-        self.recorder.record_request(req)
+        self._ended(req)
 
     def abort(self, req: Request, reason: str) -> None:
         """``req`` ends before finishing (hard stop, horizon)."""
@@ -194,10 +196,15 @@ class SchedulerContext:
         req.state = RequestState.ABORTED
         req.reason = reason
         req.finish = self.env.now
-        self.recorder.record_request(req)
+        self._ended(req)
         if was_running:
             ev, self._slot_freed = self._slot_freed, None
             self._fire(ev)
+
+    def _ended(self, req: Request) -> None:
+        self.recorder.record_request(req)
+        if self.on_end is not None:
+            self.on_end(req)
 
     def end_step(self, t: float) -> None:
         """The engine finished a step at ``t`` (called by the engine)."""

@@ -23,7 +23,7 @@ from orcasim.metrics.results import Results, VariantResult
 from orcasim.metrics.summary import summarize
 from orcasim.request import RequestState
 from orcasim.scenario import Scenario, VariantConfig, load_scenario
-from orcasim.source import OpenLoopSource
+from orcasim.source import make_source
 from orcasim.workload.base import WorkloadArrays
 
 
@@ -57,7 +57,7 @@ def run_variant(
         ctx.gate = Gate(make_controllers(cfg, ctx),
                         drain_at=first_time(cfg.events, "drain"),
                         stop_at=first_time(cfg.events, "hard_stop"))
-    OpenLoopSource(env, ctx, arrays)
+    make_source(env, ctx, arrays)
     engine = Engine(env, ctx, policy, latency)
     if cfg.events:
         env.process(control_process(env, engine, cfg.events))

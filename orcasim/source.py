@@ -1,7 +1,14 @@
-"""The open-loop request source: a SimPy process that releases requests at their arrival times."""
+"""Request sources: SimPy processes that release a workload's requests into the waiting queue.
+
+:class:`OpenLoopSource` releases every request at its arrival time.
+:class:`ChainedSource` also releases requests that wait for another one to
+end (closed-loop clients, the next turn of a conversation): see
+:func:`make_source`, which picks the source a workload needs.
+"""
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Generator
 
@@ -66,17 +73,105 @@ class OpenLoopSource:
         i, n, arrival = self._next, self._n, self._arrival
         submit = self.ctx.submit
         while i < n and arrival[i] <= now:
-            req = Request(i, arrival[i], self._prompt[i], self._output[i])
-            for key, col in self._attrs:
-                setattr(req, key, col[i])
+            req = self._request(i, arrival[i])
             i += 1
             self._next = i
             submit(req)
 
+    def _request(self, i: int, t: float) -> Request:
+        """Request ``i`` of the workload, arriving at ``t``."""
+        req = Request(i, t, self._prompt[i], self._output[i])
+        for key, col in self._attrs:
+            setattr(req, key, col[i])
+        return req
+
+    def next_arrival(self) -> float | None:
+        """Arrival time of the next request released by the clock (``None``: none left)."""
+        return self._arrival[self._next] if self._next < self._n else None
+
     def run(self) -> Generator[simpy.Event, None, None]:
         env = self.env
-        while self._next < self._n:
-            t = self._arrival[self._next]
+        while (t := self.next_arrival()) is not None:
             if t > env.now:
                 yield env.timeout(delay_until(env.now, t))
             self.flush(env.now)
+
+
+class ChainedSource(OpenLoopSource):
+    """Open-loop requests at their arrival times, and chained ones after a think time.
+
+    Request ``i`` with ``arrays.after[i] = j >= 0`` is released
+    ``arrays.think[i]`` seconds after request ``j`` reaches its final state
+    (finished, rejected or aborted: a client goes on either way). Its arrival
+    time is that release time. The ends are reported through
+    :attr:`SchedulerContext.on_end`; each release is one timer event, so a
+    chain costs one event per request, like an open-loop arrival.
+    """
+
+    def __init__(self, env: simpy.Environment, ctx: SchedulerContext, arrays: WorkloadArrays):
+        assert arrays.after is not None and arrays.think is not None
+        after = arrays.after.tolist()
+        self._roots = [i for i, a in enumerate(after) if a < 0]
+        self._root_time = [float(arrays.arrival[i]) for i in self._roots]
+        self._next_of = [-1] * len(after)
+        for i, a in enumerate(after):
+            if a >= 0:
+                self._next_of[a] = i
+        self._think: list[float] = arrays.think.tolist()
+        self._due: list[tuple[float, int]] = []  # (release time, index) of chained requests
+        self._next_root = 0
+        self._submitted = 0
+        super().__init__(env, ctx, arrays)
+        ctx.on_end = self._on_end
+
+    @property
+    def exhausted(self) -> bool:
+        return self._submitted >= self._n
+
+    def pending_until(self, now: float) -> bool:
+        t = self.next_arrival()
+        if t is not None and t <= now:
+            return True
+        return bool(self._due) and self._due[0][0] <= now
+
+    def flush(self, now: float) -> None:
+        """Submit every request due by ``now``, by release time, then workload order."""
+        ready: list[tuple[float, int]] = []
+        k, roots, times = self._next_root, self._roots, self._root_time
+        while k < len(roots) and times[k] <= now:
+            ready.append((times[k], roots[k]))
+            k += 1
+        self._next_root = k
+        due = self._due
+        while due and due[0][0] <= now:
+            ready.append(heapq.heappop(due))
+        ready.sort()
+        submit = self.ctx.submit
+        for t, i in ready:
+            self._submitted += 1
+            submit(self._request(i, t))
+
+    def _on_end(self, req: Request) -> None:
+        nxt = self._next_of[req.id]
+        if nxt < 0:
+            return
+        now = self.env.now
+        t = now + self._think[nxt]
+        heapq.heappush(self._due, (t, nxt))
+        self.env.timeout(delay_until(now, t)).callbacks.append(self._release)
+
+    def _release(self, _event: simpy.Event) -> None:
+        if self.pending_until(self.env.now):
+            self.flush(self.env.now)
+
+    def next_arrival(self) -> float | None:
+        k = self._next_root
+        return self._root_time[k] if k < len(self._roots) else None
+
+
+def make_source(env: simpy.Environment, ctx: SchedulerContext, arrays: WorkloadArrays
+                ) -> OpenLoopSource:
+    """The source ``arrays`` needs: chained if some requests wait for others, else open-loop."""
+    if arrays.after is not None and bool((arrays.after >= 0).any()):
+        return ChainedSource(env, ctx, arrays)
+    return OpenLoopSource(env, ctx, arrays)

@@ -216,8 +216,9 @@ def test_edf_serves_the_earliest_deadline():
 def test_every_policy_finishes_every_request(policy):
     sc = orcasim.load_scenario().override({
         "workload.num_requests": 120, "workload.arrival.rate": 3.0,
-        "workload.classes": {"interactive": 0.5, "batch": 0.5},
-        "workload.tenants": {"a": 0.5, "b": 0.5}, "workload.deadline": 20.0,
+        "workload.classes": [
+            {"name": "interactive", "priority": 0, "tenant": "a", "deadline": 20.0},
+            {"name": "batch", "priority": 1, "tenant": "b", "deadline": 20.0}],
         "engine.latency.per_prefill_token": 0.0001, "policy": {"type": policy},
         "variants": None})
     v = next(iter(orcasim.simulate(sc, seed=2).values()))
@@ -230,7 +231,9 @@ def test_every_policy_finishes_every_request(policy):
 def test_vtc_equalises_backlogged_tenants_and_jain_shows_it():
     # tenant a sends 4x the requests of b; both want more than the engine can give
     sc = orcasim.load_scenario().override({
-        "workload.num_requests": 3000, "workload.tenants": {"a": 0.8, "b": 0.2},
+        "workload.num_requests": 3000,
+        "workload.classes": [{"name": "a", "weight": 0.8, "tenant": "a"},
+                             {"name": "b", "weight": 0.2, "tenant": "b"}],
         "events": [{"type": "hard_stop", "at": 100}],
         "variants": {"fcfs": {"policy": {"type": "fcfs"}}, "vtc": {"policy": {"type": "vtc"}},
                      "vtc-b2": {"policy": {"type": "vtc", "weights": {"b": 2}}}}})

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import ClassVar
 
 import numpy as np
-import pytest
 
 import orcasim
 from orcasim.policies.base import PolicyParams, TokenPolicy
@@ -138,32 +137,3 @@ def test_per_class_summary_keys():
     plain = next(iter(orcasim.simulate(orcasim.load_scenario().override(
         {"workload.num_requests": 20}), variants=["continuous"]).values())).summary
     assert not [k for k in plain if k.startswith(("class.", "tenant.", "rejected_", "aborted_"))]
-
-
-def test_synthetic_classes_are_drawn_after_the_notebook_columns():
-    base = orcasim.load_scenario().override({"workload.num_requests": 200})
-    labelled = base.override({"workload.classes": {"interactive": 0.5, "batch": 0.5},
-                              "workload.tenants": {"a": 3, "b": 1},
-                              "workload.deadline": {"interactive": 2.0, "batch": 30.0}})
-    cfg0, cfg1 = base.variant("continuous"), labelled.variant("continuous")
-    w0 = orcasim.generate_workload(cfg0, 5)
-    w1 = orcasim.generate_workload(cfg1, 5)
-    for col in ("arrival", "prompt_len", "output_len"):
-        assert np.array_equal(getattr(w0, col), getattr(w1, col))
-    assert w0.attrs == {}
-    rng = np.random.default_rng(5)
-    rng.exponential(size=200), rng.lognormal(size=200), rng.lognormal(size=200)
-    expect = np.array(["interactive", "batch"])[rng.choice(2, size=200, p=[0.5, 0.5])]
-    assert w1.attrs["cls"] == expect.tolist()
-    assert 100 < w1.attrs["tenant"].count("a") < 190
-    assert {c: d for c, d in zip(w1.attrs["cls"], w1.attrs["deadline"], strict=True)} == {
-        "interactive": 2.0, "batch": 30.0}
-
-
-@pytest.mark.parametrize("bad, where", [
-    ({"workload.classes": {"a": 0}}, "workload: .*share of 'a' must be > 0"),
-    ({"workload.deadline": {"x": 1.0}}, "workload: .*per-class mapping needs classes"),
-])
-def test_bad_labels_name_the_field(bad, where):
-    with pytest.raises(orcasim.ScenarioError, match=where):
-        orcasim.load_scenario().override(bad)

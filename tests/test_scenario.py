@@ -74,7 +74,7 @@ def test_variant_errors_name_the_variant(tmp_path):
 def test_missing_file_and_unknown_builtin(tmp_path):
     with pytest.raises(ScenarioError, match="cannot read"):
         orcasim.load_scenario(tmp_path / "none.yaml")
-    with pytest.raises(ScenarioError, match=r"built-in: article_two_slots, .*seed_orca"):
+    with pytest.raises(ScenarioError, match=r"\(built-in: article_two_slots, .*seed_orca\)"):
         orcasim.load_scenario("no_such_scenario")
 
 

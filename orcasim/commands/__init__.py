@@ -9,4 +9,5 @@ COMMANDS = [
     "orcasim.commands.run",
     "orcasim.commands.validate",
     "orcasim.commands.listing",
+    "orcasim.commands.calibrate",
 ]

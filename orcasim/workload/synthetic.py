@@ -9,8 +9,8 @@ from pydantic import Field, field_validator
 
 from orcasim.registry import arrivals, lengths, workloads
 from orcasim.spec import Nested
+from orcasim.workload.attributes import ClassesField, apply_classes
 from orcasim.workload.base import Workload, WorkloadArrays
-from orcasim.workload.labels import LabelParams, draw_labels
 
 Column = Literal["arrival", "prompt_len", "output_len"]
 
@@ -21,12 +21,10 @@ class Synthetic(Workload):
 
     The columns are drawn whole, in ``draw_order``; the default is the seed
     notebook's (arrivals, then output lengths, then prompt lengths), so the
-    same seed gives the notebook's requests. Optional ``classes``, ``tenants``
-    and ``deadline`` label the requests, drawn after the columns
-    (:mod:`orcasim.workload.labels`).
+    same seed gives the notebook's requests.
     """
 
-    class Params(LabelParams):
+    class Params(ClassesField):
         num_requests: int = Field(gt=0)
         arrival: Annotated[Any, Nested(arrivals)]
         prompt_len: Annotated[Any, Nested(lengths)]
@@ -45,9 +43,9 @@ class Synthetic(Workload):
         cols: dict[str, np.ndarray] = {}
         for col in p.draw_order:
             cols[col] = getattr(p, col).create().sample(rng, p.num_requests)
-        return WorkloadArrays(
+        out = WorkloadArrays(
             arrival=np.asarray(cols["arrival"], dtype=np.float64),
             prompt_len=np.asarray(cols["prompt_len"], dtype=np.int64),
             output_len=np.asarray(cols["output_len"], dtype=np.int64),
-            attrs=draw_labels(rng, p.num_requests, p),
         )
+        return apply_classes(out, p.classes, rng)

@@ -1,0 +1,140 @@
+"""``roofline``: a step's time from a model preset and a GPU preset, compute vs memory bound.
+
+One step on ``tp`` tensor-parallel GPUs costs (docs/latency.md has the derivation)::
+
+    t = max(t_compute, t_memory) + t_comm + overhead
+    t_compute = (2 * params * N + attention FLOPs) / tp / (peak FLOP/s * compute_efficiency)
+    t_memory  = (weight bytes + KV bytes read + KV bytes written) / tp
+                / (HBM bandwidth * bandwidth_efficiency)
+    t_comm    = 2 * layers * N * hidden * dtype bytes * 2 (tp - 1) / tp / allreduce_bandwidth
+                + 2 * layers * allreduce_latency                        (tp > 1 only)
+
+with N the tokens computed in the step (prefill + decode). Attention FLOPs
+are ``4 * layers * heads * head_dim`` per (query token, context token) pair:
+a decode token attends to its whole context, a prefill chunk of ``n`` tokens
+after ``c`` cached ones to ``n*c + n(n+1)/2`` pairs (causal). KV bytes read
+are the context the step attends to (``plan.num_kv_tokens``), KV bytes
+written are the N new tokens. Activations, the LM head's logits and kernel
+launch gaps beyond ``overhead`` are ignored.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from orcasim.hardware import GPUS, MODELS, GPUSpec, ModelSpec
+from orcasim.latency.base import LatencyModel
+from orcasim.params import ComponentParams
+from orcasim.plan import StepPlan
+from orcasim.registry import latency_models
+
+
+class RooflineParams(ComponentParams):
+    """The hardware, the parallelism and the efficiencies of a roofline model."""
+
+    model: str = Field("llama-2-7b", description="model preset (orcasim.hardware.MODELS)")
+    gpu: str = Field("a100-80gb", description="GPU preset (orcasim.hardware.GPUS)")
+    tp: int = Field(1, ge=1, description="tensor-parallel GPUs")
+    compute_efficiency: float = Field(0.6, gt=0, le=1, description="achieved / peak FLOP/s")
+    bandwidth_efficiency: float = Field(0.8, gt=0, le=1, description="achieved / peak HBM "
+                                        "bandwidth")
+    overhead: float = Field(0.001, ge=0, description="fixed time per step, s (scheduling, "
+                            "sampling, launches)")
+    allreduce_bandwidth: float = Field(150e9, gt=0, description="all-reduce bus bandwidth per "
+                                       "GPU, bytes/s (tp > 1)")
+    allreduce_latency: float = Field(5e-6, ge=0, description="fixed time per all-reduce, s")
+
+    @model_validator(mode="after")
+    def _presets(self) -> RooflineParams:
+        if self.model not in MODELS:
+            raise ValueError(f"unknown model {self.model!r} (known: {', '.join(sorted(MODELS))})")
+        if self.gpu not in GPUS:
+            raise ValueError(f"unknown GPU {self.gpu!r} (known: {', '.join(sorted(GPUS))})")
+        m, g = MODELS[self.model], GPUS[self.gpu]
+        if m.num_heads % self.tp:
+            raise ValueError(f"tp ({self.tp}) must divide the {m.num_heads} attention heads "
+                             f"of {m.name}")
+        if m.weight_bytes(self.tp) >= g.memory_bytes:
+            raise ValueError(f"{m.name} needs {m.weight_bytes(self.tp) / 1e9:.1f} GB of weights "
+                             f"per GPU at tp={self.tp}; a {g.name} has "
+                             f"{g.memory_bytes / 1e9:.0f} GB")
+        return self
+
+
+class RooflineCost:
+    """The roofline's terms for one model, GPU and parallelism (no efficiencies applied).
+
+    Used by the latency model and by ``orcasim calibrate``, which fits the
+    efficiencies and overhead to measured step times.
+    """
+
+    def __init__(self, model: ModelSpec, gpu: GPUSpec, tp: int) -> None:
+        self.model = model
+        self.gpu = gpu
+        self.tp = tp
+        self.flops_per_token = 2.0 * model.num_params  # matmuls against the weights
+        self.attn_flops_per_pair = 4.0 * model.num_layers * model.num_heads * model.head_dim
+        self.weight_bytes = model.weight_bytes(tp)  # per GPU
+        self.kv_bytes_per_token = model.kv_bytes_per_token(tp)  # per GPU
+        self.allreduce_bytes_per_token = 2 * model.num_layers * model.hidden_size * \
+            model.dtype_bytes * 2 * (tp - 1) / tp
+        self.num_allreduces = 2 * model.num_layers if tp > 1 else 0
+
+    def attention_pairs(self, plan: StepPlan) -> float:
+        """(query, context) token pairs the step's attention computes."""
+        if plan.scheduled is not None:
+            pairs = 0
+            for req, n in plan.scheduled:
+                c = req.num_computed_tokens
+                pairs += n * c + n * (n + 1) // 2
+            return float(pairs)
+        # aggregates only (decode-only policies): decode tokens attend to the KV tokens, and
+        # the step's prefill sequences (fresh prompts) split the prefill tokens evenly
+        decode = plan.num_decode_tokens
+        prefill = plan.num_prefill_tokens
+        pairs = plan.num_kv_tokens + decode
+        k = plan.num_seqs - decode
+        if prefill and k > 0:
+            pairs += prefill * (prefill / k + 1) / 2
+        return float(pairs)
+
+    def terms(self, plan: StepPlan) -> tuple[float, float, float]:
+        """Per GPU: the step's ``(FLOPs, HBM bytes, all-reduce bytes)``."""
+        tokens = plan.num_prefill_tokens + plan.num_decode_tokens
+        flops = self.flops_per_token * tokens + self.attn_flops_per_pair * \
+            self.attention_pairs(plan)
+        mem = self.weight_bytes + self.kv_bytes_per_token * (plan.num_kv_tokens + tokens)
+        return flops / self.tp, mem, self.allreduce_bytes_per_token * tokens
+
+
+@latency_models.register("roofline")
+class RooflineLatency(LatencyModel):
+    """``max(compute, memory) + all-reduce + overhead`` from model and GPU presets."""
+
+    Params = RooflineParams
+
+    def __init__(self, params: RooflineParams) -> None:
+        super().__init__(params)
+        self.cost = RooflineCost(MODELS[params.model], GPUS[params.gpu], params.tp)
+        g = self.cost.gpu
+        self.flops_rate = g.peak_flops * params.compute_efficiency
+        self.byte_rate = g.hbm_bandwidth * params.bandwidth_efficiency
+        self.fixed = params.overhead + self.cost.num_allreduces * params.allreduce_latency
+        self.allreduce_rate = params.allreduce_bandwidth
+
+    def breakdown(self, plan: StepPlan) -> dict[str, float]:
+        """The step's compute, memory and communication times, s (before the max)."""
+        flops, mem, comm = self.cost.terms(plan)
+        return {
+            "compute": flops / self.flops_rate,
+            "memory": mem / self.byte_rate,
+            "comm": comm / self.allreduce_rate,
+            "overhead": self.fixed,
+        }
+
+    def step_time(self, plan: StepPlan) -> float:
+        flops, mem, comm = self.cost.terms(plan)
+        t = max(flops / self.flops_rate, mem / self.byte_rate) + self.fixed
+        if comm:
+            t += comm / self.allreduce_rate
+        return t

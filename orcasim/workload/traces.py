@@ -1,0 +1,365 @@
+"""Trace files: Azure LLM inference 2023, Mooncake JSON Lines, length tables, ShareGPT JSON.
+
+:func:`load_trace` reads a trace into a :class:`Trace` (columns of numbers,
+seconds and tokens). ``file`` is a path or the name of a slice shipped in
+``orcasim/data/traces`` (``azure_conv``, ``azure_code``,
+``mooncake_conversation``, ``sharegpt_lengths``, ``arxiv_lengths``,
+``bwb_lengths``; see the README there for sources and licences).
+
+Every row becomes a request or the file is refused: a missing column, a
+field that is not a number, a negative length, an output of zero tokens or a
+timestamp earlier than the one before it stops the load with one line naming
+the file and line (:class:`TraceError`). Loaded traces are cached by path,
+modification time and options, so sweeps read a file once.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from orcasim.errors import OrcasimError
+
+SHIPPED = {
+    "azure_conv": "azure_conv.csv",
+    "azure_code": "azure_code.csv",
+    "mooncake_conversation": "mooncake_conversation.jsonl",
+    "sharegpt_lengths": "sharegpt_lengths.csv",
+    "arxiv_lengths": "arxiv_lengths.csv",
+    "bwb_lengths": "bwb_lengths.csv",
+}
+
+FORMATS = ("auto", "azure", "mooncake", "lengths", "sharegpt")
+
+#: characters per token of the estimate used when no tokenizer is given
+CHARS_PER_TOKEN = 4
+
+
+class TraceError(OrcasimError):
+    """A trace file is missing or malformed: ``str()`` is ``file:line: message``."""
+
+    exit_code = 2
+
+    def __init__(self, source: str, message: str, line: int | None = None) -> None:
+        super().__init__(source, message, line)
+        self.source = source
+        self.line = line
+        self.message = message
+
+    def __str__(self) -> str:
+        at = f":{self.line}" if self.line is not None else ""
+        return f"{self.source}{at}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A trace as columns, one row per request, in file order.
+
+    ``arrival`` is seconds from the start of the trace (the first row is at 0
+    for the Azure traces, whose timestamps are wall-clock times); ``None``
+    for length tables. ``hash_ids`` (Mooncake) lists each prompt's block
+    ids, ``hash_block_size`` tokens per id. ``session`` and ``turn`` number
+    the conversation and turn of each row (ShareGPT JSON);
+    ``new_prompt_len`` is the tokens a turn adds to its conversation.
+    """
+
+    source: str
+    prompt_len: np.ndarray
+    output_len: np.ndarray
+    arrival: np.ndarray | None = None
+    hash_ids: tuple[tuple[int, ...], ...] | None = None
+    hash_block_size: int = 0
+    session: np.ndarray | None = None
+    turn: np.ndarray | None = None
+    new_prompt_len: np.ndarray | None = None
+    num_skipped: int = 0
+
+    def __len__(self) -> int:
+        return len(self.prompt_len)
+
+
+def resolve(file: str | Path) -> tuple[Any, str]:
+    """``(readable path, name for messages)`` for a path or a shipped slice's name."""
+    name = str(file)
+    if name in SHIPPED:
+        return resources.files("orcasim") / "data" / "traces" / SHIPPED[name], name
+    p = Path(name).expanduser()
+    if not p.is_file():
+        known = ", ".join(SHIPPED)
+        raise TraceError(name, f"no such trace file (shipped slices: {known})")
+    return p, name
+
+
+def detect_format(file: str | Path) -> str:
+    """The format of a trace from its name and first line."""
+    return _detect(*resolve(file))
+
+
+def _detect(path: Any, name: str) -> str:
+    suffix = Path(str(path)).suffix.lower()
+    if suffix == ".jsonl":
+        return "mooncake"
+    if suffix == ".json":
+        return "sharegpt"
+    try:
+        with path.open("r", encoding="utf-8") as fh:
+            header = fh.readline()
+    except (OSError, UnicodeDecodeError) as err:
+        raise TraceError(name, f"cannot read: {err}") from None
+    cols = [c.strip() for c in header.split(",")]
+    if "TIMESTAMP" in cols:
+        return "azure"
+    if "num_prefill_tokens" in cols:
+        return "lengths"
+    raise TraceError(name, "cannot tell the trace format from its name and header; "
+                     f"set format to one of {', '.join(FORMATS[1:])}", 1)
+
+
+def load_trace(
+    file: str | Path,
+    format: str = "auto",
+    *,
+    tokenizer: str | None = None,
+    hash_block_size: int = 512,
+) -> Trace:
+    """Read a trace file (or shipped slice) in ``format`` (``auto``: from name and header)."""
+    path, name = resolve(file)
+    if format == "auto":
+        format = _detect(path, name)
+    if format not in FORMATS:
+        raise TraceError(name, f"unknown trace format {format!r} (known: {', '.join(FORMATS)})")
+    stamp = (0, 0)
+    if isinstance(path, Path):
+        st = path.stat()
+        stamp = (st.st_mtime_ns, st.st_size)
+    return _load_cached(path, name, stamp, format, tokenizer, hash_block_size)
+
+
+@lru_cache(maxsize=16)
+def _load_cached(path: Any, name: str, stamp: tuple[int, int], format: str,
+                 tokenizer: str | None, hash_block_size: int) -> Trace:
+    """The trace at ``path``; ``stamp`` (mtime, size) is in the key so an edited file reloads."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise TraceError(name, f"cannot read: {err}") from None
+    if format == "azure":
+        trace = _azure(text, name)
+    elif format == "lengths":
+        trace = _lengths(text, name)
+    elif format == "mooncake":
+        trace = _mooncake(text, name, hash_block_size)
+    else:
+        from orcasim.workload.sharegpt import load_sharegpt
+
+        trace = load_sharegpt(text, name, tokenizer)
+    for a in (trace.prompt_len, trace.output_len, trace.arrival, trace.session, trace.turn,
+              trace.new_prompt_len):
+        if a is not None:
+            a.setflags(write=False)
+    return trace
+
+
+# -- CSV --------------------------------------------------------------------------------------
+
+def csv_columns(text: str, name: str, need: Sequence[str]
+                ) -> tuple[dict[str, list[str]], list[int]]:
+    """Columns named in ``need`` as strings, and the line number of each row."""
+    reader = csv.reader(io.StringIO(text))
+    try:
+        header = [c.strip() for c in next(reader)]
+    except StopIteration:
+        raise TraceError(name, "the file is empty", 1) from None
+    missing = [c for c in need if c not in header]
+    if missing:
+        raise TraceError(name, f"missing column {missing[0]!r} (columns: {', '.join(header)})", 1)
+    idx = [header.index(c) for c in need]
+    cols: dict[str, list[str]] = {c: [] for c in need}
+    lines: list[int] = []
+    width = len(header)
+    for row in reader:
+        if not row:
+            continue
+        if len(row) != width:
+            raise TraceError(name, f"expected {width} fields, found {len(row)}", reader.line_num)
+        for c, i in zip(need, idx, strict=True):
+            cols[c].append(row[i])
+        lines.append(reader.line_num)
+    if not lines:
+        raise TraceError(name, "the trace has no rows", 2)
+    return cols, lines
+
+
+def int_column(values: list[Any], column: str, name: str, lines: list[int], *, min_value: int = 0
+          ) -> np.ndarray:
+    """Integer column; the first value that is not a whole number >= ``min_value`` is an error.
+
+    CSV fields (strings) are parsed by numpy in one pass; JSON values must be
+    numbers with no fractional part, never booleans or strings.
+    """
+    from_csv = isinstance(values[0], str)
+    ok = _csv_int if from_csv else _json_int
+    a = None
+    if from_csv:
+        try:
+            a = np.array(values, dtype=np.int64)
+        except (ValueError, OverflowError):
+            a = None
+    elif all(ok(v) for v in values):
+        a = np.array([int(v) for v in values], dtype=np.int64)
+    if a is None:
+        for v, line in zip(values, lines, strict=True):
+            if not ok(v):
+                raise TraceError(name, f"{column}: {v!r} is not a whole number", line)
+        raise TraceError(name, f"{column}: a value is out of range")
+    bad = np.flatnonzero(a < min_value)
+    if bad.size:
+        k = int(bad[0])
+        what = "negative" if a[k] < 0 else f"below {min_value}"
+        raise TraceError(name, f"{column}: {int(a[k])} is {what}", lines[k])
+    return a
+
+
+def _csv_int(v: Any) -> bool:
+    try:
+        int(v)
+        return True
+    except (ValueError, TypeError):
+        return False
+
+
+def _json_int(v: Any) -> bool:
+    if isinstance(v, bool):
+        return False
+    return isinstance(v, int) or (isinstance(v, float) and v.is_integer())
+
+
+def float_column(values: list[Any], column: str, name: str, lines: list[int]) -> np.ndarray:
+    """Column of finite numbers >= 0; the first that is not is an error naming its line."""
+    try:
+        a = np.array(values, dtype=np.float64)
+    except (ValueError, TypeError):
+        for v, line in zip(values, lines, strict=True):
+            try:
+                float(v)
+            except (ValueError, TypeError):
+                raise TraceError(name, f"{column}: {v!r} is not a number", line) from None
+        raise
+    bad = np.flatnonzero(~np.isfinite(a) | (a < 0))
+    if bad.size:
+        k = int(bad[0])
+        raise TraceError(name, f"{column}: {values[k]!r} is not a finite number >= 0", lines[k])
+    return a
+
+
+def _check_sorted(t: np.ndarray, column: str, name: str, lines: list[int]) -> None:
+    bad = np.flatnonzero(np.diff(t) < 0)
+    if bad.size:
+        k = int(bad[0]) + 1
+        raise TraceError(name, f"{column} goes back in time (the previous row is later): "
+                         "the trace must be sorted by time", lines[k])
+
+
+def _azure(text: str, name: str) -> Trace:
+    cols, lines = csv_columns(text, name, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
+    stamps = cols["TIMESTAMP"]
+    try:
+        t = np.array(stamps, dtype="datetime64[ns]")
+    except ValueError:
+        for v, line in zip(stamps, lines, strict=True):
+            try:
+                np.datetime64(v, "ns")
+            except ValueError:
+                raise TraceError(name, f"TIMESTAMP: {v!r} is not a date and time", line) from None
+        raise
+    if np.isnat(t).any():
+        k = int(np.flatnonzero(np.isnat(t))[0])
+        raise TraceError(name, f"TIMESTAMP: {stamps[k]!r} is not a date and time", lines[k])
+    ns = (t - t[0]).astype(np.int64)
+    _check_sorted(ns, "TIMESTAMP", name, lines)
+    return Trace(
+        source=name,
+        arrival=ns / 1e9,
+        prompt_len=int_column(cols["ContextTokens"], "ContextTokens", name, lines),
+        output_len=int_column(cols["GeneratedTokens"], "GeneratedTokens", name, lines, min_value=1),
+    )
+
+
+def _lengths(text: str, name: str) -> Trace:
+    header = [c.strip() for c in text.split("\n", 1)[0].split(",")]
+    optional = [c for c in ("arrived_at", "num_total_tokens") if c in header]
+    cols, lines = csv_columns(text, name, ["num_prefill_tokens", "num_decode_tokens", *optional])
+    prompt = int_column(cols["num_prefill_tokens"], "num_prefill_tokens", name, lines)
+    output = int_column(cols["num_decode_tokens"], "num_decode_tokens", name, lines, min_value=1)
+    arrival = None
+    if "arrived_at" in cols:
+        arrival = float_column(cols["arrived_at"], "arrived_at", name, lines)
+        _check_sorted(arrival, "arrived_at", name, lines)
+    if "num_total_tokens" in cols:
+        total = int_column(cols["num_total_tokens"], "num_total_tokens", name, lines)
+        bad = np.flatnonzero(total != prompt + output)
+        if bad.size:
+            k = int(bad[0])
+            raise TraceError(name, f"num_total_tokens {int(total[k])} is not num_prefill_tokens "
+                             f"+ num_decode_tokens ({int(prompt[k] + output[k])})", lines[k])
+    return Trace(source=name, prompt_len=prompt, output_len=output, arrival=arrival)
+
+
+# -- Mooncake JSON Lines ------------------------------------------------------------------------
+
+def _mooncake(text: str, name: str, block_size: int) -> Trace:
+    stamps: list[Any] = []
+    prompt: list[Any] = []
+    output: list[Any] = []
+    hashes: list[tuple[int, ...]] = []
+    lines: list[int] = []
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw)
+        except json.JSONDecodeError as err:
+            raise TraceError(name, f"not a JSON object: {err.msg}", lineno) from None
+        if not isinstance(row, dict):
+            raise TraceError(name, "not a JSON object", lineno)
+        for key in ("timestamp", "input_length", "output_length", "hash_ids"):
+            if key not in row:
+                raise TraceError(name, f"missing key {key!r}", lineno)
+        ids = row["hash_ids"]
+        if not isinstance(ids, list) or not all(type(h) is int and h >= 0 for h in ids):
+            raise TraceError(name, "hash_ids must be a list of whole numbers >= 0", lineno)
+        n_in = row["input_length"]
+        if type(n_in) is int and n_in >= 0 and len(ids) != math.ceil(n_in / block_size):
+            raise TraceError(name, f"{len(ids)} hash_ids for input_length {n_in}: expected "
+                             f"ceil({n_in} / {block_size}) = {math.ceil(n_in / block_size)} "
+                             "(set hash_block_size if the trace uses another block size)", lineno)
+        stamps.append(row["timestamp"])
+        prompt.append(n_in)
+        output.append(row["output_length"])
+        hashes.append(tuple(ids))
+        lines.append(lineno)
+    if not lines:
+        raise TraceError(name, "the trace has no rows", 1)
+    for v, line in zip(stamps, lines, strict=True):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TraceError(name, f"timestamp: {v!r} is not a number", line)
+    t = float_column(stamps, "timestamp", name, lines) / 1000.0
+    _check_sorted(t, "timestamp", name, lines)
+    return Trace(
+        source=name,
+        arrival=t,
+        prompt_len=int_column(prompt, "input_length", name, lines),
+        output_len=int_column(output, "output_length", name, lines, min_value=1),
+        hash_ids=tuple(hashes),
+        hash_block_size=block_size,
+    )
