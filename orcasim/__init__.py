@@ -8,10 +8,12 @@ Typical use from a notebook::
     res = orcasim.simulate(sc, seed=1)                 # every variant, same requests
     res.summary["continuous"]["ttft_p99"]
     res.requests                                       # pandas DataFrame, one row per request
+    df = orcasim.sweep(sc, {"workload.arrival.rate": [1, 2]}, seeds=5)  # one row per run
 """
 
 from orcasim import latency, policies, workload  # noqa: F401  (register built-in components)
 from orcasim.errors import OrcasimError, ScenarioError, SimulationError
+from orcasim.experiments.runner import sweep
 from orcasim.metrics.results import Results, VariantResult
 from orcasim.plan import StepPlan
 from orcasim.policies.base import DecodeOnlyPolicy, Policy, PolicyParams, TokenPolicy
@@ -49,5 +51,6 @@ __all__ = [
     "register_policy",
     "run_variant",
     "simulate",
+    "sweep",
     "workloads",
 ]

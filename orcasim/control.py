@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 class ControlEvent(ComponentParams):
     """One scenario event: ``{type: drain | hard_stop, at: seconds}``."""
 
-    type: Literal["drain", "hard_stop"]
+    type: Literal["drain", "hard_stop"] = Field(
+        description="drain: reject later arrivals; hard_stop: abort everything in flight")
     at: float = Field(ge=0, description="time of the event, s")
     reason: str = Field("hard_stop", min_length=1,
                         description="abort reason of a hard stop's in-flight requests")

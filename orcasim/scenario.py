@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from orcasim import registry
 from orcasim.control import ControlEvent
 from orcasim.errors import ScenarioError
+from orcasim.experiments.options import SweepOptions
 from orcasim.params import ComponentParams
 from orcasim.spec import Spec, build_spec, validate_params
 
@@ -38,6 +39,22 @@ class SLO(ComponentParams):
 
 class MetricsOptions(ComponentParams):
     slo: SLO | None = None
+    warmup: float = Field(
+        0.0, ge=0, lt=1,
+        description="leave requests arriving in this first fraction of the arrival span out of "
+        "the latency metrics (steady state)",
+    )
+    cooldown: float = Field(
+        0.0, ge=0, lt=1,
+        description="leave requests arriving in this last fraction of the arrival span out of "
+        "the latency metrics",
+    )
+
+    @model_validator(mode="after")
+    def _window(self) -> MetricsOptions:
+        if self.warmup + self.cooldown >= 1:
+            raise ValueError("warmup + cooldown must be < 1 (fractions of the arrival span)")
+        return self
 
 
 class OutputOptions(ComponentParams):
@@ -64,6 +81,7 @@ class ScenarioModel(ComponentParams):
     admission: list[Any] = Field(default_factory=list)
     events: list[ControlEvent] = Field(default_factory=list)
     variants: dict[str, dict[str, Any] | None] | None = None
+    sweep: SweepOptions | None = None
 
 
 @dataclass(frozen=True)

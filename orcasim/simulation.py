@@ -74,6 +74,9 @@ def run_variant(
         busy_time=engine.busy_time,
         max_batch=getattr(cfg.policy.params, "max_batch", None),
         slo=slo,
+        warmup=cfg.metrics.warmup,
+        cooldown=cfg.metrics.cooldown,
+        itl_times=rec.itl_times() if cfg.metrics.warmup or cfg.metrics.cooldown else None,
     )
     return VariantResult(
         name=cfg.name,

@@ -10,4 +10,7 @@ COMMANDS = [
     "orcasim.commands.validate",
     "orcasim.commands.listing",
     "orcasim.commands.calibrate",
+    "orcasim.commands.sweep",
+    "orcasim.commands.compare",
+    "orcasim.commands.report",
 ]

@@ -62,11 +62,17 @@ def group_summary(
     lat: dict[str, np.ndarray],
     makespan: float,
     slo_ok: np.ndarray | None = None,
+    inside: np.ndarray | None = None,
 ) -> dict[str, float]:
-    """The per-class, per-tenant and per-reason keys for a run's summary."""
+    """The per-class, per-tenant and per-reason keys for a run's summary.
+
+    ``inside`` (the warm-up/cool-down window's requests) restricts the
+    latency metrics, as for the run-wide ones; counts and tokens stay whole-run.
+    """
     out: dict[str, float] = {}
     state = cols["state"]
     finished = state == _FIN
+    timed = finished if inside is None else finished & inside
     n_out = cols["num_output_tokens"]
     for st, prefix in ((_REJ, "rejected"), (_ABT, "aborted")):
         idx = np.flatnonzero(state == st)
@@ -85,7 +91,7 @@ def group_summary(
         tokens = int(n_out[m].sum())
         out[p + "output_tokens"] = tokens
         out[p + "throughput_tok_s"] = tokens / makespan if makespan > 0 else float("nan")
-        fm = m & finished
+        fm = m & timed
         for metric in ("queue_delay", "ttft", "tpot", "e2e"):
             _describe(p + metric, lat[metric][fm], out)
         if slo_ok is not None:
@@ -103,7 +109,7 @@ def group_summary(
             out[p + "num_finished"] = int((m & finished).sum())
             out[p + "output_tokens"] = int(n_out[m].sum())
             out[p + "service_tokens"] = s = int(service[m].sum())
-            out[p + "ttft_p99"] = percentiles(lat["ttft"][m & finished], (99,))[0]
+            out[p + "ttft_p99"] = percentiles(lat["ttft"][m & timed], (99,))[0]
             per_tenant.append(s)
         out["jain_index"] = jain_index(np.array(per_tenant))
     return out

@@ -46,7 +46,9 @@ class Recorder:
         self._reason: list[str | None] = []
         self._itl_gap: list[np.ndarray] = []
         self._itl_count: list[np.ndarray] = []
-        self._extra_itl: list[tuple[float, int]] = []
+        self._itl_end: list[np.ndarray] = []
+        self._step_end: list[np.ndarray] = []
+        self._extra_itl: list[tuple[float, int, int]] = []
         self._buf: list[tuple[float, float, int, int, int, float, int]] = []
         self._buf_cap = max(16, series_capacity)
         self.series = StepSeries(series_capacity)
@@ -99,6 +101,8 @@ class Recorder:
         keep = a[:, 6] > 0
         self._itl_gap.append(a[keep, 5])
         self._itl_count.append(a[keep, 6].astype(np.int64))
+        self._itl_end.append(a[keep, 1])
+        self._step_end.append(a[:, 1])
         self.series.add_steps(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4])
 
     @property
@@ -113,8 +117,11 @@ class Recorder:
         return self._sum_batch
 
     def record_itl(self, gap: float, count: int = 1) -> None:
-        """Inter-token gaps outside the step rule (e.g. the first token after a resume)."""
-        self._extra_itl.append((gap, count))
+        """Inter-token gaps outside the step rule (e.g. the first token after a resume).
+
+        Called while a step completes, so the gap belongs to the step recorded next.
+        """
+        self._extra_itl.append((gap, count, self.num_steps))
 
     def record_batch(self, t_start: float, t_end: float, labels: tuple[str | None, ...]) -> None:
         """Per-step batch listing (only when ``trace_steps``); ``None`` is an empty slot."""
@@ -154,9 +161,17 @@ class Recorder:
     def itl_samples(self) -> tuple[np.ndarray, np.ndarray]:
         """Inter-token gaps as ``(gaps, counts)``: each gap occurred ``count`` times."""
         self._flush()
-        gaps = [*self._itl_gap, np.array([g for g, _ in self._extra_itl], dtype=np.float64)]
-        counts = [*self._itl_count, np.array([c for _, c in self._extra_itl], dtype=np.int64)]
+        gaps = [*self._itl_gap, np.array([g for g, _, _ in self._extra_itl], dtype=np.float64)]
+        counts = [*self._itl_count, np.array([c for _, c, _ in self._extra_itl], dtype=np.int64)]
         return np.concatenate(gaps), np.concatenate(counts)
+
+    def itl_times(self) -> np.ndarray:
+        """End time of the step each :meth:`itl_samples` entry belongs to (same order)."""
+        self._flush()
+        step_end = np.concatenate([np.zeros(0), *self._step_end])
+        idx = np.array([k for _, _, k in self._extra_itl], dtype=np.int64)
+        extra = step_end[np.minimum(idx, step_end.size - 1)] if idx.size else np.zeros(0)
+        return np.concatenate([np.zeros(0), *self._itl_end, extra])
 
     def series_rows(self) -> dict[str, np.ndarray]:
         """The bounded per-step series (see :class:`StepSeries`)."""

@@ -8,8 +8,16 @@
 - throughput = output tokens / makespan (makespan: time of the last finish, from t = 0)
 
 Latency metrics are over finished requests. Each gets ``_mean``, ``_p50``,
-``_p90`` and ``_p99``. Per-class and per-tenant keys, and counts of
-rejections and aborts by reason, come from :mod:`orcasim.metrics.groups`.
+``_p90`` and ``_p99``.
+
+With a warm-up or cool-down (``metrics.warmup``/``metrics.cooldown``, fractions
+of the arrival span ``[0, last arrival]``), the latency metrics and the SLO
+metrics cover only the requests that arrived inside the window, and ITL only
+the steps that ended inside it; counts, makespan and throughput stay whole-run.
+
+Per-class and per-tenant keys, and counts of rejections and aborts by
+reason, come from :mod:`orcasim.metrics.groups` (class latencies use the
+same window).
 """
 
 from __future__ import annotations
@@ -60,6 +68,19 @@ def slo_met(cols: dict[str, Any], slo: dict[str, float | None]) -> np.ndarray:
     return ok
 
 
+def steady_state_window(
+    arrival: np.ndarray, warmup: float, cooldown: float
+) -> tuple[float, float] | None:
+    """``(t0, t1)``: the arrival times kept by a warm-up/cool-down; None when both are 0.
+
+    Both are fractions of the arrival span ``[0, last arrival]``.
+    """
+    if not (warmup or cooldown) or arrival.size == 0:
+        return None
+    end = float(arrival.max())
+    return warmup * end, (1.0 - cooldown) * end
+
+
 def summarize(
     cols: dict[str, Any],
     itl: tuple[np.ndarray, np.ndarray],
@@ -69,10 +90,19 @@ def summarize(
     busy_time: float,
     max_batch: int | None = None,
     slo: dict[str, float | None] | None = None,
+    warmup: float = 0.0,
+    cooldown: float = 0.0,
+    itl_times: np.ndarray | None = None,
 ) -> dict[str, float]:
-    """All summary metrics of a run as a flat ``name -> value`` dict."""
+    """All summary metrics of a run as a flat ``name -> value`` dict.
+
+    ``warmup``/``cooldown`` (fractions of the arrival span) restrict the latency
+    and SLO metrics to the steady-state window; ``itl_times`` (the step end of
+    each ITL sample) is then needed to restrict ITL too.
+    """
     state = cols["state"]
     finished = state == int(RequestState.FINISHED)
+    window = steady_state_window(cols["arrival"], warmup, cooldown)
     out: dict[str, float] = {
         "num_requests": int(state.size),
         "num_finished": int(finished.sum()),
@@ -87,14 +117,29 @@ def summarize(
     out["throughput_tok_s"] = output_tokens / makespan if makespan > 0 else float("nan")
     out["requests_per_s"] = out["num_finished"] / makespan if makespan > 0 else float("nan")
     met = None
+    span = makespan
+    inside = np.ones(state.size, dtype=bool)
+    values, counts = itl
+    if window is not None:
+        t0, t1 = window
+        inside = (cols["arrival"] >= t0) & (cols["arrival"] <= t1)
+        span = t1 - t0
+        out["window_start_s"] = t0
+        out["window_end_s"] = t1
+        out["num_in_window"] = int(inside.sum())
+        if itl_times is None:
+            raise ValueError("a warm-up/cool-down window needs the ITL samples' times")
+        keep = (itl_times >= t0) & (itl_times <= t1)
+        values, counts = values[keep], counts[keep]
     if slo is not None and any(v is not None for v in slo.values()):
-        met = slo_met(cols, slo)
-        out["goodput_req_s"] = int(met.sum()) / makespan if makespan > 0 else float("nan")
-        out["slo_attainment"] = float(met.sum() / max(1, out["num_finished"]))
+        met = slo_met(cols, slo) & inside
+        num_fin = int((finished & inside).sum())
+        out["goodput_req_s"] = int(met.sum()) / span if span > 0 else float("nan")
+        out["slo_attainment"] = float(met.sum() / max(1, num_fin))
+    finished = finished & inside
     lat = request_latencies(cols)
     for name in ("queue_delay", "ttft", "tpot"):
         _describe(name, lat[name][finished], out)
-    values, counts = itl
     out["itl_mean"] = weighted_mean(values, counts)
     for q, v in zip(QUANTILES, weighted_percentiles(values, counts, QUANTILES), strict=True):
         out[f"itl_p{q}"] = v
@@ -105,5 +150,5 @@ def summarize(
     out["busy_fraction"] = busy_time / makespan if makespan > 0 else float("nan")
     if max_batch:
         out["slot_utilisation"] = sum_batch / (num_steps * max_batch) if num_steps else float("nan")
-    out.update(group_summary(cols, lat, makespan, met))
+    out.update(group_summary(cols, lat, makespan, met, inside))
     return out
