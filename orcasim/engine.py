@@ -77,8 +77,7 @@ class Engine:
         prev_end = 0.0
         empty_run = 0
         busy = 0.0
-        t0 = 0.0
-        in_step = False
+        t0 = -1.0  # start of the latest step; a step is in flight while t0 >= prev_end
         try:
             while True:
                 plan = yield from policy.next_step()
@@ -102,9 +101,7 @@ class Engine:
                 t0 = env.now
                 num_waiting = len(ctx.waiting)
                 labels = policy.batch_labels(plan) if trace else None
-                in_step = True
                 yield timeout(env, dt)
-                in_step = False
                 t1 = env.now
                 busy += dt
                 policy.complete_step(plan, t0, t1)
@@ -117,7 +114,7 @@ class Engine:
                             plan.num_itl_tokens)
                 prev_end = t1
         except simpy.Interrupt as stop:
-            if in_step:  # the step in flight is lost, but the GPU was busy with it
+            if t0 >= prev_end:  # the step in flight is lost, but the GPU was busy with it
                 busy += env.now - t0
             self._abort_all(str(stop.cause))
         self.busy_time = busy
