@@ -13,4 +13,5 @@ COMMANDS = [
     "orcasim.commands.sweep",
     "orcasim.commands.compare",
     "orcasim.commands.report",
+    "orcasim.commands.trace",
 ]

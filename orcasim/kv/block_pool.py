@@ -96,6 +96,20 @@ class FreeBlockQueue:
         self._tail.prev_free = block
         self.num_free_blocks += 1
 
+    def prepend_n(self, blocks: list[Block]) -> None:
+        """Put ``blocks`` at the head, in their order (``blocks[0]`` is evicted first)."""
+        if not blocks:
+            return
+        prev = self._head
+        first = prev.next_free
+        for b in blocks:
+            prev.next_free = b
+            b.prev_free = prev
+            prev = b
+        prev.next_free = first
+        first.prev_free = prev  # type: ignore[union-attr]
+        self.num_free_blocks += len(blocks)
+
     def __iter__(self) -> Iterator[Block]:
         b = self._head.next_free
         while b is not None and b is not self._tail:

@@ -12,6 +12,7 @@ from orcasim.policies import (
     sjf,
     srpt,
     static,
+    vllm_v1,
     vtc,
 )
 from orcasim.policies.base import DecodeOnlyPolicy, Policy, PolicyParams, TokenPolicy
@@ -32,5 +33,6 @@ __all__ = [
     "sjf",
     "srpt",
     "static",
+    "vllm_v1",
     "vtc",
 ]

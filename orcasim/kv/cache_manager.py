@@ -1,0 +1,254 @@
+"""Per-request block tables over a block pool, with vLLM V1's allocation rules (no SimPy).
+
+The three layers of vLLM's V1 core, as in orcasim: a scheduler decides who
+runs and how many tokens each gets; this cache manager keeps each request's
+block table and its prefix-cache hashes; the :class:`~orcasim.kv.block_pool.BlockPool`
+owns the physical blocks, the free queue and the hash map.
+
+The rules reproduced here (vLLM 0.33.0, one full-attention KV group):
+
+- A request's *hashes* cover its full blocks of known tokens (prompt plus
+  generated), chained over the prefix; they grow as tokens are generated and
+  survive a preemption.
+- A prefix-cache lookup walks the hashes from the first block and stops at the
+  first miss, never covering the last known token: at least one token is
+  recomputed to produce logits, so a hit is at most ``(num_tokens - 1) //
+  block_size`` blocks.
+- :meth:`KVCacheManager.allocate_slots` gives a request slots for the tokens it
+  computes this step, or returns ``None`` (changing nothing) when the free
+  blocks, minus a watermark, do not cover the new blocks plus the cache hits
+  it would take out of the free queue. Admission can require the whole known
+  sequence to fit (vLLM's ``scheduler_reserve_full_isl``).
+- Blocks become cached as soon as their tokens are scheduled and known, so a
+  request admitted later in the same step can hit them.
+- A request's blocks are freed tail first. Freed blocks without content go to
+  the *head* of the free queue (reused first); cached blocks go to the tail, so
+  the least recently freed cached block is evicted first
+  (:class:`ReuseFirstBlockPool`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from itertools import islice
+from typing import Any
+
+from orcasim.kv.block_pool import Block, BlockPool
+from orcasim.kv.hashing import BlockHasher, block_content
+
+
+class ReuseFirstBlockPool(BlockPool):
+    """A block pool whose freed blocks without cached content are reused first (vLLM V1).
+
+    vLLM puts a freed block that holds no prefix-cache entry at the head of the
+    free queue (it will never be hit, and reusing it first keeps cached blocks
+    alive longer) and a cached one at the tail, where it waits to be evicted
+    least recently freed first.
+    """
+
+    def free_blocks(self, ordered: Iterable[Block]) -> None:
+        queue = self.free_queue
+        null = self.null_block
+        first: list[Block] = []
+        last: list[Block] = []
+        for b in ordered:
+            if b is null:
+                continue
+            if b.ref_cnt <= 0:
+                raise ValueError(f"double free of {b!r}")
+            b.ref_cnt -= 1
+            if b.ref_cnt == 0:
+                (first if b.block_hash is None else last).append(b)
+        queue.prepend_n(first)
+        for b in last:
+            queue.append(b)
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division of non-negative integers."""
+    return -(-a // b)
+
+
+class KVCacheManager:
+    """Block tables and prefix-cache hashes of the requests of one engine.
+
+    Requests are duck-typed (:class:`~orcasim.request.Request`): ``id`` keys the
+    tables, ``num_tokens`` is the count of known tokens, ``num_computed_tokens``
+    the tokens already computed, and the content attributes read by
+    :func:`~orcasim.kv.hashing.block_content` describe the tokens. Generated
+    tokens are shared content (a stub model that always samples the same token),
+    as in the vLLM harness the policy is checked against.
+    """
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        *,
+        enable_caching: bool = True,
+        max_model_len: int = 1 << 62,
+    ) -> None:
+        self.pool = ReuseFirstBlockPool(
+            num_blocks, block_size, enable_caching=enable_caching, null_block=True
+        )
+        self.block_size = block_size
+        self.enable_caching = enable_caching
+        self.max_model_len = max_model_len
+        self.hasher = BlockHasher()
+        self.tables: dict[int, list[Block]] = {}
+        self.hashes: dict[int, list[int]] = {}
+        # blocks at the start of a table already registered in the prefix cache
+        self.num_cached: dict[int, int] = {}
+
+    # -- queries -----------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        """Free blocks, including cached ones that no request holds (evictable)."""
+        return self.pool.num_free_blocks
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Entries in the prefix-cache hash map."""
+        return self.pool.num_cached_blocks
+
+    def block_ids(self, req: Any) -> list[int]:
+        """The request's block table as block ids."""
+        return [b.block_id for b in self.tables.get(req.id, ())]
+
+    def blocks_needed(self, num_tokens: int) -> int:
+        """Blocks holding ``num_tokens`` tokens."""
+        return cdiv(num_tokens, self.block_size)
+
+    # -- hashes --------------------------------------------------------------------
+    def update_hashes(self, req: Any) -> None:
+        """Hash the request's newly completed blocks of known tokens (after arrival or a token)."""
+        if not self.enable_caching:
+            return
+        bs = self.block_size
+        hashes = self.hashes.get(req.id)
+        if hashes is None:
+            hashes = self.hashes[req.id] = []
+        num_full = req.num_tokens // bs
+        if len(hashes) >= num_full:
+            return
+        parent = hashes[-1] if hashes else 0
+        block_id = self.hasher.block_id
+        for i in range(len(hashes), num_full):
+            parent = block_id(parent, block_content(req, bs, i, shared_output=True))
+            hashes.append(parent)
+
+    def forget(self, req: Any) -> None:
+        """Drop a finished request's hashes (its blocks must be freed already)."""
+        self.hashes.pop(req.id, None)
+
+    # -- the prefix cache -------------------------------------------------------------
+    def get_computed_blocks(self, req: Any) -> tuple[list[Block], int]:
+        """The longest run of cached blocks from the start, and the tokens it covers.
+
+        The hit never covers the last known token (it is recomputed to sample
+        the next one), so it is at most ``(num_tokens - 1) // block_size`` blocks.
+        """
+        if not self.enable_caching:
+            return [], 0
+        get = self.pool.get_cached_block
+        hit: list[Block] = []
+        limit = (req.num_tokens - 1) // self.block_size
+        for h in islice(self.hashes.get(req.id, ()), limit):
+            b = get(h)
+            if b is None:
+                break
+            hit.append(b)
+        return hit, len(hit) * self.block_size
+
+    # -- allocation ---------------------------------------------------------------------
+    def num_blocks_to_allocate(self, req: Any, num_tokens: int, hit: list[Block]) -> int:
+        """Free blocks that giving ``req`` slots for ``num_tokens`` tokens would consume.
+
+        New blocks beyond the table and the hit, plus the hit blocks that sit in
+        the free queue (taking them removes them from it).
+        """
+        table = self.tables.get(req.id)
+        held = len(table) if table is not None else 0
+        new = max(cdiv(num_tokens, self.block_size) - held - len(hit), 0)
+        return new + sum(1 for b in hit if b.ref_cnt == 0)
+
+    def allocate_slots(
+        self,
+        req: Any,
+        num_new_tokens: int,
+        hit: list[Block] | None = None,
+        num_hit_tokens: int = 0,
+        *,
+        full_sequence_must_fit: bool = False,
+        watermark_blocks: int = 0,
+    ) -> list[Block] | None:
+        """Slots for ``num_new_tokens`` more tokens of ``req`` (after its prefix hit, if any).
+
+        Returns the newly allocated blocks, or ``None`` without changing
+        anything when ``watermark_blocks`` plus the blocks needed exceed the free
+        blocks. With ``full_sequence_must_fit`` the request's whole known
+        sequence must fit first (an admission gate). On success the hit blocks
+        join the table, and every full block of known tokens up to the end of
+        this step's chunk is registered in the prefix cache.
+        """
+        max_len = self.max_model_len
+        computed = min(req.num_computed_tokens + num_hit_tokens, max_len)
+        num_slots = min(computed + num_new_tokens, max_len)
+        rid = req.id
+        table = self.tables.get(rid)
+        if not hit and not full_sequence_must_fit and table is not None:
+            # a running request: only blocks past its table, no hit to take
+            num_new_blocks = cdiv(num_slots, self.block_size) - len(table)
+            if (max(num_new_blocks, 0) + watermark_blocks
+                    > self.pool.free_queue.num_free_blocks):
+                return None
+        else:
+            hit = hit or []
+            free = self.pool.num_free_blocks
+            if full_sequence_must_fit:
+                full = min(req.num_tokens, max_len)
+                if self.num_blocks_to_allocate(req, full, hit) + watermark_blocks > free:
+                    return None
+            if self.num_blocks_to_allocate(req, num_slots, hit) + watermark_blocks > free:
+                return None
+            if table is None:
+                table = self.tables[rid] = []
+            if hit:
+                self.pool.touch(hit)
+                table.extend(hit)
+                self.num_cached[rid] = len(table)
+            num_new_blocks = cdiv(num_slots, self.block_size) - len(table)
+        new: list[Block] = []
+        if num_new_blocks > 0:
+            new = self.pool.get_new_blocks(num_new_blocks)  # type: ignore[assignment]
+            table.extend(new)
+        if self.enable_caching:
+            self.cache_blocks(req, min(computed + num_new_tokens, req.num_tokens))
+        return new
+
+    def cache_blocks(self, req: Any, num_tokens: int) -> None:
+        """Register the full, hashed blocks among the first ``num_tokens`` tokens in the cache."""
+        rid = req.id
+        bs = self.block_size
+        start = self.num_cached.get(rid, 0)
+        if num_tokens // bs <= start:
+            return
+        hashes = self.hashes.get(rid)
+        if not hashes:
+            return
+        end = min(num_tokens // bs, len(hashes))
+        if start >= end:
+            return
+        table = self.tables[rid]
+        cache = self.pool.cache_block
+        for i in range(start, end):
+            cache(table[i], hashes[i])
+        self.num_cached[rid] = end
+
+    def free(self, req: Any) -> None:
+        """Release the request's blocks, tail first (its prefix stays cached the longest)."""
+        rid = req.id
+        self.num_cached.pop(rid, None)
+        table = self.tables.pop(rid, None)
+        if table:
+            self.pool.free_blocks(reversed(table))

@@ -1,0 +1,293 @@
+"""Step-clock runs of the ``vllm-v1`` policy in the vLLM harness's formats.
+
+The harness (``shared/oracle/harness.py``) drives vLLM's own V1 scheduler in
+*step time*: a request is added just before the schedule() call whose index
+equals its ``arrival_step``, and each schedule() call writes one JSON line.
+Here the same run goes through orcasim's SimPy engine with a constant latency
+of one time unit per step, so step ``k`` runs over ``[k, k + 1)``, an idle
+engine jumps to the next arrival, and the ``vllm-v1`` policy (with
+``empty_steps``) makes every schedule call a step.
+
+:func:`load_workload` reads the harness's workload JSON, :func:`run_trace`
+runs it and returns the trace lines (the harness's schema: same fields, same
+id orders) and a summary.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import simpy
+from pydantic import Field, ValidationError
+
+from orcasim.context import SchedulerContext
+from orcasim.engine import Engine
+from orcasim.errors import OrcasimError
+from orcasim.latency.linear import ConstantLatency
+from orcasim.metrics.recorder import Recorder
+from orcasim.params import ComponentParams
+from orcasim.policies.vllm_v1 import KIND_NAMES, KIND_RUNNING, StepOutput, VllmV1, misfit_reason
+from orcasim.request import Request
+from orcasim.source import OpenLoopSource
+from orcasim.spec import format_validation_error
+from orcasim.workload.base import WorkloadArrays
+
+#: the harness's config keys and defaults (``output_token``: the stub's token id, no effect)
+HARNESS_CONFIG: dict[str, Any] = {
+    "block_size": 16,
+    "num_blocks": 1024,
+    "max_num_seqs": 256,
+    "max_num_batched_tokens": 2048,
+    "enable_prefix_caching": True,
+    "policy": "fcfs",
+    "enable_chunked_prefill": True,
+    "long_prefill_token_threshold": 0,
+    "scheduler_reserve_full_isl": True,
+    "watermark": 0.0,
+    "max_model_len": 8192,
+    "output_token": 7,
+    "async_scheduling": False,
+}
+
+
+class TraceRequest(ComponentParams):
+    """One request of a harness workload."""
+
+    id: str | int
+    arrival_step: int = Field(ge=0)
+    prompt_len: int = Field(ge=1)
+    output_len: int = Field(ge=1)
+    priority: int = 0
+    prefix_id: str | int | None = None
+    prefix_len: int = Field(0, ge=0)
+
+
+class StepWorkload:
+    """A validated harness workload: the policy's parameters and the requests in arrival order."""
+
+    def __init__(self, config: dict[str, Any], requests: list[TraceRequest]) -> None:
+        self.config = config
+        self.requests = requests
+        self.params: VllmV1.Params = VllmV1.Params(  # type: ignore[assignment]
+            **{k: v for k, v in config.items() if k != "output_token"}, empty_steps=True)
+
+    def arrays(self) -> WorkloadArrays:
+        """The requests as workload columns (arrival time = arrival step)."""
+        reqs = self.requests
+        return WorkloadArrays(
+            arrival=np.array([float(r.arrival_step) for r in reqs], dtype=np.float64),
+            prompt_len=np.array([r.prompt_len for r in reqs], dtype=np.int64),
+            output_len=np.array([r.output_len for r in reqs], dtype=np.int64),
+            attrs={
+                "name": [str(r.id) for r in reqs],
+                "priority": [r.priority for r in reqs],
+                "prefix_id": [None if r.prefix_id is None else str(r.prefix_id) for r in reqs],
+                "prefix_len": [r.prefix_len for r in reqs],
+            },
+        )
+
+
+def parse_workload(data: Any, source: str = "workload") -> StepWorkload:
+    """Validate harness workload data (a request list or ``{"config", "requests"}``).
+
+    A mistake is an :class:`OrcasimError` naming the field
+    (``workload.json: requests[3].prompt_len: ...``).
+    """
+    config = dict(HARNESS_CONFIG)
+    if isinstance(data, dict):
+        unknown = sorted(set(data) - {"config", "requests"})
+        if unknown:
+            raise OrcasimError(f"{source}: {unknown[0]}: unknown field (expected config, requests)")
+        if "requests" not in data:
+            raise OrcasimError(f"{source}: requests: required field is missing")
+        cfg = data.get("config") or {}
+        if not isinstance(cfg, dict):
+            raise OrcasimError(f"{source}: config: expected an object")
+        for key in cfg:
+            if key not in HARNESS_CONFIG:
+                raise OrcasimError(f"{source}: config.{key}: unknown key "
+                                   f"(known: {', '.join(HARNESS_CONFIG)})")
+        config.update(cfg)
+        data = data["requests"]
+    if not isinstance(data, list) or not data:
+        raise OrcasimError(f"{source}: requests: expected a non-empty list of requests")
+    if not isinstance(config["output_token"], int) or isinstance(config["output_token"], bool):
+        raise OrcasimError(f"{source}: config.output_token: expected an integer")
+    try:
+        workload = StepWorkload(config, [])
+    except ValidationError as err:
+        field, msg = format_validation_error(err, "config")
+        raise OrcasimError(f"{source}: {field}: {msg}") from None
+    reqs: list[tuple[int, int, TraceRequest]] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(data):
+        where = f"requests[{i}]"
+        if not isinstance(raw, dict):
+            raise OrcasimError(f"{source}: {where}: expected an object")
+        try:
+            r = TraceRequest.model_validate(raw)
+        except ValidationError as err:
+            field, msg = format_validation_error(err, where)
+            raise OrcasimError(f"{source}: {field}: {msg}") from None
+        rid = str(r.id)
+        if rid in seen:
+            raise OrcasimError(f"{source}: {where}.id: duplicate request id {rid!r}")
+        seen.add(rid)
+        reason = misfit_reason(r.prompt_len, r.output_len, workload.params)
+        if reason is not None:
+            raise OrcasimError(f"{source}: {where} (id {rid!r}): can never run: {reason}")
+        reqs.append((r.arrival_step, i, r))
+    reqs.sort(key=lambda t: (t[0], t[1]))  # arrival step, then file order (the harness's order)
+    workload.requests = [r for _, _, r in reqs]
+    return workload
+
+
+def load_workload(path: str | Path) -> StepWorkload:
+    """Read and validate a harness workload JSON file."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise OrcasimError(f"{source}: cannot read: {err.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise OrcasimError(f"{source}: line {err.lineno}: invalid JSON: {err.msg}") from None
+    return parse_workload(data, source)
+
+
+class TraceWriter:
+    """Observer of a ``vllm-v1`` policy that builds one harness trace line per schedule call.
+
+    A line is complete when the step's output has been processed (its
+    ``finished`` and ``free_blocks_after_update``); lines complete in step order.
+    """
+
+    def __init__(self, block_tables: bool = False) -> None:
+        self.block_tables = block_tables
+        self.lines: list[dict[str, Any]] = []
+        self._open: dict[int, dict[str, Any]] = {}
+
+    def scheduled(self, policy: VllmV1, out: StepOutput) -> None:
+        kv = policy.kv
+        entries = []
+        for req, n, start, kind, emits in out.entries:
+            e: dict[str, Any] = {"id": req.label, "n": n, "start": start,
+                                 "kind": KIND_NAMES[kind], "emits": emits}
+            if kind != KIND_RUNNING:
+                e["cached"] = start
+            if self.block_tables:
+                e["blocks"] = kv.block_ids(req)
+            entries.append(e)
+        line = {
+            "step": round(policy.ctx.now),
+            "arrivals": [r.label for r in out.arrivals],
+            "scheduled": entries,
+            "num_batched_tokens": out.num_tokens,
+            "preempted": sorted(r.label for r in out.preempted),
+            "running": [r.label for r in policy.running],
+            "waiting": [r.label for r in policy.ctx.waiting],
+            "free_blocks_after_schedule": kv.num_free_blocks,
+            "cached_blocks": kv.num_cached_blocks,
+        }
+        self._open[id(out)] = line
+        self.lines.append(line)
+
+    def updated(self, policy: VllmV1, out: StepOutput, finished: list[Request]) -> None:
+        line = self._open.pop(id(out))
+        line["finished"] = [r.label for r in finished]
+        line["free_blocks_after_update"] = policy.kv.num_free_blocks
+
+
+def run_trace(workload: StepWorkload, *, block_tables: bool = False
+              ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Run ``workload`` on the step clock: the trace lines and a summary."""
+    t0 = time.perf_counter()
+    env = simpy.Environment()
+    rec = Recorder()
+    ctx = SchedulerContext(env, rec)
+    policy = VllmV1(workload.params, ctx)
+    writer = TraceWriter(block_tables)
+    policy.observer = writer
+    OpenLoopSource(env, ctx, workload.arrays())
+    Engine(env, ctx, policy, ConstantLatency(ConstantLatency.Params(step_time=1.0)))
+    env.run()
+    wall = time.perf_counter() - t0
+    lines = writer.lines
+    if rec.num_recorded != len(workload.requests) or writer._open:
+        raise OrcasimError(f"the run ended with {len(workload.requests) - rec.num_recorded} "
+                           "requests unfinished")
+    return lines, summarize_trace(lines, workload, wall)
+
+
+def summarize_trace(lines: list[dict[str, Any]], workload: StepWorkload,
+                    wall_s: float) -> dict[str, Any]:
+    """The summary line's figures, as the harness computes them from its trace."""
+    finish_step: dict[str, int] = {}
+    first_token_step: dict[str, int] = {}
+    for line in lines:
+        for rid in line["finished"]:
+            finish_step[rid] = line["step"]
+        for e in line["scheduled"]:
+            if e["emits"] and e["id"] not in first_token_step:
+                first_token_step[e["id"]] = line["step"]
+    num_steps = sum(1 for line in lines if line["num_batched_tokens"] > 0)
+    return {
+        "simulator": "orcasim",
+        "config": workload.config,
+        "num_requests": len(workload.requests),
+        "last_step": lines[-1]["step"] if lines else -1,
+        "num_engine_steps": num_steps,
+        "num_preemptions": sum(len(line["preempted"]) for line in lines),
+        "finish_step": finish_step,
+        "first_token_step": first_token_step,
+        "loop_wall_s": round(wall_s, 3),
+        "ms_per_step": round(1000 * wall_s / max(1, num_steps), 4),
+    }
+
+
+def write_trace(path: str | Path, lines: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+    """Write trace lines and the summary line as JSONL."""
+    with open(path, "w", encoding="utf-8") as f:
+        for line in lines:
+            f.write(json.dumps(line) + "\n")
+        f.write(json.dumps({"summary": summary}) + "\n")
+
+
+def read_trace(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """A JSONL step trace: its step lines and its summary (None if it has none)."""
+    lines: list[dict[str, Any]] = []
+    summary = None
+    with open(path, encoding="utf-8") as f:
+        for text in f:
+            if not text.strip():
+                continue
+            obj = json.loads(text)
+            if "summary" in obj:
+                summary = obj["summary"]
+            else:
+                lines.append(obj)
+    return lines, summary
+
+
+def first_difference(ours: list[dict[str, Any]], ref: list[dict[str, Any]]) -> str | None:
+    """The first field where two step traces differ (``"step 12: running = [...] want [...]"``).
+
+    Every field of every line is compared, in the reference's field order; None
+    when the traces are equal.
+    """
+    for got, want in zip(ours, ref, strict=False):
+        if got == want:
+            continue
+        for key in [*want, *(k for k in got if k not in want)]:
+            if got.get(key) != want.get(key):
+                step = want.get("step", got.get("step"))
+                return (f"step {step}: {key} = {json.dumps(got.get(key))[:200]} "
+                        f"want {json.dumps(want.get(key))[:200]}")
+    if len(ours) != len(ref):
+        return f"{len(ours)} steps, want {len(ref)}"
+    return None

@@ -1,0 +1,143 @@
+"""KVCacheManager: prefix-hit cap, allocation as a value, vLLM's free-queue rules, caching."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orcasim.kv.cache_manager import KVCacheManager, ReuseFirstBlockPool
+from orcasim.request import Request
+
+
+def req(rid, prompt, output=4, prefix=None, computed=0):
+    r = Request(rid, 0.0, prompt, output)
+    if prefix is not None:
+        r.prefix_id, r.prefix_len = prefix
+    r.num_computed_tokens = computed
+    return r
+
+
+def ids(blocks):
+    return [b.block_id for b in blocks]
+
+
+def test_freed_blocks_without_content_are_reused_first_cached_ones_last():
+    pool = ReuseFirstBlockPool(8, 4, null_block=True)
+    a = pool.get_new_blocks(3)  # 1 2 3
+    pool.cache_block(a[0], "x")
+    pool.cache_block(a[1], "y")
+    pool.free_blocks(reversed(a))  # 3 has no content: head; then 2, 1 at the tail
+    assert ids(pool.free_queue) == [3, 4, 5, 6, 7, 2, 1]
+    # a new allocation takes the uncached blocks first; cached 2 is evicted before 1
+    assert ids(pool.get_new_blocks(6)) == [3, 4, 5, 6, 7, 2]
+    assert pool.get_cached_block("y") is None and pool.get_cached_block("x") is a[0]
+    pool.check()
+
+
+def test_prefix_hit_leaves_at_least_one_token_to_compute():
+    kv = KVCacheManager(32, 4)
+    x = req(0, 18, prefix=("S", 12))
+    kv.update_hashes(x)
+    assert kv.allocate_slots(x, 18) is not None  # 4 full blocks cached at once
+    assert kv.num_cached_blocks == 4
+    # the same 12-token system prompt: 3 blocks cached, but the last token must be computed
+    z = req(1, 12, prefix=("S", 12))
+    kv.update_hashes(z)
+    hit, num_hit = kv.get_computed_blocks(z)
+    assert num_hit == 8 and ids(hit) == ids(kv.tables[0][:2])
+    # one more token of its own: the whole shared prompt hits
+    w = req(2, 13, prefix=("S", 12))
+    kv.update_hashes(w)
+    assert kv.get_computed_blocks(w)[1] == 12
+    # other content after the prefix: no hit past it
+    v = req(3, 30, prefix=("S", 6))
+    kv.update_hashes(v)
+    assert kv.get_computed_blocks(v)[1] == 4
+
+
+def test_allocation_failure_is_a_value_and_changes_nothing():
+    kv = KVCacheManager(6, 4)  # 5 usable blocks
+    a = req(0, 12)
+    kv.update_hashes(a)
+    assert len(kv.allocate_slots(a, 12)) == 3
+    b = req(1, 12)
+    kv.update_hashes(b)
+    before = (kv.num_free_blocks, kv.num_cached_blocks, list(ids(kv.pool.free_queue)))
+    assert kv.allocate_slots(b, 12) is None
+    assert kv.allocate_slots(b, 4, watermark_blocks=2) is None  # 1 block + 2 kept free > 2
+    assert kv.allocate_slots(b, 4, full_sequence_must_fit=True) is None  # needs 3 blocks
+    assert (kv.num_free_blocks, kv.num_cached_blocks, list(ids(kv.pool.free_queue))) == before
+    assert b.id not in kv.tables
+    assert ids(kv.allocate_slots(b, 4)) == [4]  # a first chunk fits without the gate
+
+
+def test_hit_blocks_in_the_free_queue_count_against_the_free_blocks():
+    kv = KVCacheManager(5, 4)  # 4 usable
+    a = req(0, 9, prefix=("S", 8))
+    kv.update_hashes(a)
+    kv.allocate_slots(a, 9)
+    kv.free(a)  # 3 blocks free, 2 of them cached
+    b = req(1, 16, prefix=("S", 8))
+    kv.update_hashes(b)
+    hit, num_hit = kv.get_computed_blocks(b)
+    assert num_hit == 8
+    # 2 new blocks + the 2 free hit blocks = 4 <= 4 free
+    assert kv.num_blocks_to_allocate(b, 16, hit) == 4
+    assert kv.allocate_slots(b, 8, hit, num_hit) is not None
+    assert kv.block_ids(b)[:2] == ids(hit) and kv.num_free_blocks == 0
+    kv.pool.check()
+
+
+def test_generated_tokens_are_shared_content():
+    kv = KVCacheManager(32, 4)
+    a, b = req(0, 6, prefix=("S", 6)), req(1, 6, prefix=("S", 6))
+    for r in (a, b):
+        r.num_output_tokens = 6  # 12 known tokens, the same for both
+        kv.update_hashes(r)
+    assert kv.hashes[0] == kv.hashes[1] and len(kv.hashes[0]) == 3
+
+
+def test_caching_off_never_hits():
+    kv = KVCacheManager(16, 4, enable_caching=False)
+    a = req(0, 8, prefix=("S", 8))
+    kv.update_hashes(a)
+    kv.allocate_slots(a, 8)
+    b = req(1, 9, prefix=("S", 8))
+    kv.update_hashes(b)
+    assert kv.get_computed_blocks(b) == ([], 0) and kv.num_cached_blocks == 0
+
+
+OPS = st.lists(st.tuples(st.sampled_from(["alloc", "free", "hit"]), st.integers(0, 30),
+                         st.integers(1, 6)), max_size=60)
+
+
+@settings(max_examples=200)
+@given(OPS, st.booleans())
+def test_random_tables_keep_the_pool_invariants(ops, caching):
+    """Counts add up; a freed table's blocks without content go to the head of the free queue
+    and its cached blocks to the tail, tail block first in both."""
+    kv = KVCacheManager(16, 4, enable_caching=caching)
+    live: dict[int, Request] = {}
+    for op, x, y in ops:
+        if op in ("alloc", "hit"):
+            r = req(len(live) + 1000 * x, 4 * y + x % 4, prefix=("S", 8) if op == "hit" else None)
+            if r.id in live:
+                continue
+            kv.update_hashes(r)
+            hit, num_hit = kv.get_computed_blocks(r)
+            if kv.allocate_slots(r, r.num_tokens - num_hit, hit, num_hit) is not None:
+                live[r.id] = r
+        elif live:
+            r = live.pop(sorted(live)[x % len(live)])
+            held = kv.tables[r.id]
+            kv.free(r)
+            queue = list(kv.pool.free_queue)
+            freed_now = [b for b in held if b.ref_cnt == 0]
+            plain = [queue.index(b) for b in freed_now if b.block_hash is None]
+            cached = [queue.index(b) for b in freed_now if b.block_hash is not None]
+            assert plain == list(range(len(plain)))[::-1]  # at the head, tail block first
+            assert cached == sorted(cached, reverse=True) and all(
+                i >= len(queue) - len(cached) for i in cached)  # at the tail, head block last
+        kv.pool.check()
+        held_blocks = {b.block_id for t in kv.tables.values() for b in t}
+        assert kv.num_free_blocks + len(held_blocks) == kv.pool.num_usable_blocks

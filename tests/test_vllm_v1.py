@@ -1,0 +1,182 @@
+"""The vllm-v1 policy in simulated time, its parameters, and the ``orcasim trace`` command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import orcasim
+from orcasim.cli import main
+from orcasim.errors import ScenarioError
+from orcasim.steptrace import read_trace
+
+GOLDEN = Path(__file__).resolve().parent / "golden" / "vllm_v1"
+TINY = [{"name": "a", "arrival": 0, "prompt_len": 10, "output_len": 3},
+        {"name": "b", "arrival": 0, "prompt_len": 20, "output_len": 2},
+        {"name": "c", "arrival": 2, "prompt_len": 5, "output_len": 4}]
+
+
+def run(requests, latency=None, trace_steps=True, **policy):
+    sc = orcasim.Scenario({
+        "workload": {"type": "list", "requests": requests},
+        "engine": {"latency": latency or {"type": "linear", "base": 1.0, "per_seq": 0.0,
+                                          "per_token": 0.0, "per_prefill_token": 0.5}},
+        "policy": {"type": "vllm-v1", **policy},
+    })
+    return orcasim.simulate(sc, trace_steps=trace_steps)["vllm-v1"]
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_steps_are_charged_by_their_prefill_tokens(async_scheduling):
+    v = run(TINY, block_size=4, num_blocks=64, max_num_seqs=4, max_num_batched_tokens=16,
+            async_scheduling=async_scheduling)
+    # step 1 (t=0): a 10 + b 6 prefill -> 1 + 0.5*16 = 9 s; c arrives at t=2
+    # step 2 (t=9): a decodes, b 14 (prefill), c 1 of its 5 (budget) -> 1 + 0.5*15 = 8.5 s
+    # step 3 (t=17.5): a, b decode (last tokens), c 4 -> 1 + 0.5*4 = 3 s
+    # steps 4-6: c decodes, 1 s each
+    assert v.format_steps().splitlines() == [
+        "step 1: a | b", "step 2: a | b | c", "step 3: a | b | c", "step 4: c", "step 5: c",
+        "step 6: c"]
+    df = v.requests.set_index("name")
+    assert df["first_token"].to_dict() == {"a": 9.0, "b": 17.5, "c": 20.5}
+    assert df["finish"].to_dict() == {"a": 20.5, "b": 20.5, "c": 23.5}
+    assert (df["num_output_tokens"] == df["output_len"]).all()
+    gaps, counts = v.itl  # a: 8.5, 3; b: 3; c: 1, 1, 1 (bulk or not, every gap once)
+    assert sorted(np.repeat(gaps, counts).tolist()) == [1.0, 1.0, 1.0, 3.0, 3.0, 8.5]
+
+
+def test_memory_pressure_preempts_by_recompute_and_everything_finishes():
+    sc = orcasim.Scenario({
+        "workload": {"type": "synthetic", "num_requests": 200,
+                     "arrival": {"type": "poisson", "rate": 40.0},
+                     "prompt_len": {"type": "uniform", "low": 50, "high": 400},
+                     "output_len": {"type": "uniform", "low": 20, "high": 200}},
+        "engine": {"latency": {"type": "linear", "per_prefill_token": 0.0001}},
+        "policy": {"type": "vllm-v1", "num_blocks": 120, "max_num_batched_tokens": 512},
+        "variants": {"fcfs": {}, "async": {"policy.async_scheduling": True},
+                     "priority": {"policy.policy": "priority"}},
+    })
+    res = orcasim.simulate(sc, seed=3)
+    again = orcasim.simulate(sc, seed=3)
+    for name, v in res.items():
+        df = v.requests
+        assert (df["state"] == "finished").all() and len(df) == 200
+        assert (df["num_output_tokens"] == df["output_len"]).all()
+        assert df["num_preemptions"].sum() > 0, name
+        assert v.summary == again[name].summary  # bit for bit
+
+
+def test_a_request_larger_than_the_pool_is_rejected_with_the_reason():
+    v = run([{"name": "big", "prompt_len": 100, "output_len": 30},
+             {"name": "ok", "arrival": 1, "prompt_len": 10, "output_len": 2}],
+            block_size=16, num_blocks=8)
+    df = v.requests.set_index("name")
+    assert df.loc["big", "state"] == "rejected"
+    assert df.loc["big", "reason"] == "needs 9 KV blocks of 16 tokens, the pool has 7"
+    assert df.loc["ok", "state"] == "finished"
+
+
+def test_simulated_time_equals_the_step_clock_when_no_step_is_empty():
+    """basic_fcfs never idles: at one second per step the schedule is vLLM's, step for step."""
+    wl = json.loads((GOLDEN / "basic_fcfs.json").read_text())
+    golden, _ = read_trace(GOLDEN / "basic_fcfs.trace.jsonl")
+    reqs = [{"name": r["id"], "arrival": r["arrival_step"], "prompt_len": r["prompt_len"],
+             "output_len": r["output_len"]} for r in wl["requests"]]
+    v = run(reqs, latency={"type": "constant", "step_time": 1.0}, **wl["config"])
+    steps = v.steps
+    assert [(int(t0), list(labels)) for _, t0, _, labels in steps] == [
+        (line["step"], [e["id"] for e in line["scheduled"]]) for line in golden]
+
+
+def test_parameters_follow_vllms_config_rules():
+    with pytest.raises(ScenarioError) as err:
+        run(TINY, enable_chunked_prefill=False, max_num_batched_tokens=512)
+    assert str(err.value) == ("<scenario>: policy: Value error, without chunked prefill, "
+                              "max_num_batched_tokens (512) must be >= max_model_len (8192)")
+    with pytest.raises(ScenarioError) as err:
+        run(TINY, policy="lifo")
+    assert str(err.value) == ("<scenario>: policy.policy: Input should be 'fcfs' or 'priority' "
+                              "(got 'lifo')")
+
+
+def write(tmp_path, data, name="w.json"):
+    p = tmp_path / name
+    p.write_text(data if isinstance(data, str) else json.dumps(data))
+    return p
+
+
+def test_trace_command_writes_the_harness_schema(tmp_path, capsys):
+    out = tmp_path / "t.jsonl"
+    rc = main(["trace", str(GOLDEN / "tiny.json"), "--out", str(out),
+               "--compare", str(GOLDEN / "tiny.trace.jsonl")])
+    assert rc == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("6/6 steps identical")
+    lines, summary = read_trace(out)
+    assert list(lines[2]) == ["step", "arrivals", "scheduled", "num_batched_tokens", "preempted",
+                              "running", "waiting", "free_blocks_after_schedule",
+                              "cached_blocks", "finished", "free_blocks_after_update"]
+    assert summary["finish_step"] == {"a": 2, "b": 2, "c": 5}
+
+
+@pytest.mark.parametrize("data, message", [
+    ('{"requests": [', "w.json: line 1: invalid JSON: Expecting value"),
+    ({"requests": [{"id": "a", "arrival_step": 0, "prompt_len": 4}]},
+     "w.json: requests[0].output_len: required field is missing"),
+    ({"requests": [{"id": "a", "arrival_step": -1, "prompt_len": 4, "output_len": 1}]},
+     "w.json: requests[0].arrival_step: Input should be greater than or equal to 0 (got -1)"),
+    ([{"id": "a", "arrival_step": 0, "prompt_len": 4, "output_len": 1},
+      {"id": "a", "arrival_step": 0, "prompt_len": 4, "output_len": 1}],
+     "w.json: requests[1].id: duplicate request id 'a'"),
+    ({"config": {"block_sise": 8}, "requests": []}, "w.json: config.block_sise: unknown key"),
+    ({"config": {"policy": "lifo"}, "requests": [{"id": "a", "arrival_step": 0,
+                                                  "prompt_len": 4, "output_len": 1}]},
+     "w.json: config.policy: Input should be 'fcfs' or 'priority'"),
+    ({"config": {"num_blocks": 4}, "requests": [{"id": "a", "arrival_step": 0,
+                                                 "prompt_len": 60, "output_len": 1}]},
+     "w.json: requests[0] (id 'a'): can never run: needs 4 KV blocks of 16 tokens, the pool has 3"),
+    ({"requests": []}, "w.json: requests: expected a non-empty list of requests"),
+])
+def test_trace_command_names_the_bad_field(tmp_path, capsys, data, message):
+    p = write(tmp_path, data)
+    rc = main(["trace", str(p), "--out", str(tmp_path / "t.jsonl")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 1 and len(err.splitlines()) == 1
+    assert err.startswith(f"orcasim: error: {tmp_path / message}"), err
+
+
+GOLDEN_WORKLOADS = sorted(GOLDEN.glob("*.json"))
+
+
+@pytest.mark.parametrize("path", GOLDEN_WORKLOADS, ids=lambda p: p.stem)
+def test_golden_workloads_finish_in_simulated_time(path):
+    """Without the step clock, empty schedule calls take no time; every request still ends."""
+    from orcasim.steptrace import load_workload
+
+    wl = load_workload(path)
+    params = wl.params.model_dump(exclude={"empty_steps"})
+    reqs = [{"name": str(r.id), "arrival": r.arrival_step, "prompt_len": r.prompt_len,
+             "output_len": r.output_len, "priority": r.priority,
+             "prefix_id": None if r.prefix_id is None else str(r.prefix_id),
+             "prefix_len": r.prefix_len} for r in wl.requests]
+    v = run(reqs, latency={"type": "constant", "step_time": 1.0}, trace_steps=False, **params)
+    df = v.requests
+    assert (df["state"] == "finished").all() and len(df) == len(reqs)
+    room = (params["max_model_len"] - df["prompt_len"]).clip(lower=1)
+    assert (df["num_output_tokens"] == np.minimum(df["output_len"], room)).all()
+    golden, _ = read_trace(path.with_suffix(".trace.jsonl"))
+    assert v.summary["num_steps"] <= len(golden)
+
+
+def test_a_stuck_run_is_an_error_not_a_hang(monkeypatch):
+    from orcasim.policies import vllm_v1
+
+    monkeypatch.setattr(vllm_v1, "misfit_reason", lambda *a: None)  # let a too-large one in
+    with pytest.raises(orcasim.SimulationError) as err:
+        run([{"name": "big", "prompt_len": 100, "output_len": 30}], block_size=16, num_blocks=8)
+    # prefill 100 tokens (51 s), decode until its 7 blocks are full (12 s), preempt itself,
+    # and never fit again
+    assert str(err.value) == ("policy 'vllm-v1' cannot schedule request big at t=63: nothing "
+                              "is in flight and nothing fits")
