@@ -1,20 +1,30 @@
 """The scheduler context: everything a policy sees, in one small object.
 
-A policy reads the clock, the waiting queue, the arrival event and (with a
-``memory`` section) the KV pool ``kv`` here, and
-moves requests through their life cycle with :meth:`admit`,
-:meth:`first_token`, :meth:`finish`, :meth:`reject` and :meth:`abort`, which
-keep the request's timestamps and the recorder consistent. The arrival event
-is created only when a policy waits on it, so an arrival costs nothing when
-the engine is busy.
+A policy reads the clock, the waiting queue, the running batch and the
+events it can wait on here, and moves requests through their life cycle with
+:meth:`admit`, :meth:`finish`, :meth:`reject` and :meth:`abort`, which keep
+the request's timestamps and the recorder consistent.
+
+Events a policy (or any helper process) can wait on, each created only when
+someone asks for it, so an event nobody waits on costs nothing:
+
+- :attr:`arrival`: a request arrived (and passed admission control);
+- :attr:`slot_freed`: a running request finished or was aborted;
+- :attr:`step_end`: the engine finished a step (a step boundary);
+- :meth:`timer`: a timeout, e.g. to re-rank an aging queue;
+- ``kv.freed``: KV memory was freed, when the scenario has a ``memory``
+  section (:attr:`kv` is the :class:`~orcasim.kv.pool.KVPool`; ``None`` otherwise).
+
+:meth:`wake_event` combines the ones that can unblock an idle policy.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import simpy
 
 from orcasim.request import Request, RequestState
@@ -22,27 +32,63 @@ from orcasim.request import Request, RequestState
 if TYPE_CHECKING:
     from orcasim.kv.pool import KVPool
     from orcasim.metrics.recorder import Recorder
+    from orcasim.policies.base import Policy
     from orcasim.source import OpenLoopSource
+
+#: spawn key of the policies' random stream: independent of the workload's ``default_rng(seed)``
+POLICY_RNG_STREAM = 1
 
 
 class SchedulerContext:
-    """The clock, the waiting queue and the life-cycle operations of one engine."""
+    """The clock, the queues, the events and the life-cycle operations of one engine.
 
-    def __init__(self, env: simpy.Environment, recorder: Recorder) -> None:
+    ``waiting`` holds the requests that arrived and are not running. It is a
+    deque (first come, first served) unless the policy replaces it with a queue
+    of its own order (``append``, ``popleft``, ``remove``, ``clear``, ``len``
+    and iteration, e.g. :class:`~orcasim.policies.queues.KeyedQueue`).
+    """
+
+    def __init__(self, env: simpy.Environment, recorder: Recorder, seed: int = 0) -> None:
         self.env = env
         self.recorder = recorder
-        self.waiting: deque[Request] = deque()
+        self.seed = seed
+        self.waiting: Any = deque()
         self.source: OpenLoopSource | None = None
+        self.policy: Policy | None = None
+        self.kv: KVPool | None = None  # KV memory, when the scenario has a memory section
+        #: ``(request) -> rejection reason or None``, called on every arrival (admission control)
+        self.gate: Callable[[Request], str | None] | None = None
         self.last_step_end = 0.0  # end time of the engine's most recent step
+        self.num_started = 0  # requests that have been scheduled at least once
         #: called with each request as it reaches its final state (closed-loop sources)
         self.on_end: Callable[[Request], None] | None = None
-        self.kv: KVPool | None = None  # KV memory, when the scenario has a memory section
         self._arrival: simpy.Event | None = None
+        self._slot_freed: simpy.Event | None = None
+        self._step_end: simpy.Event | None = None
+        self._rng: np.random.Generator | None = None
 
     @property
     def now(self) -> float:
         return self.env.now
 
+    @property
+    def rng(self) -> np.random.Generator:
+        """The run's generator for policies (e.g. noisy length predictions).
+
+        Derived from the run's seed on a stream of its own, so drawing from it
+        never changes the workload's requests.
+        """
+        if self._rng is None:
+            ss = np.random.SeedSequence(self.seed, spawn_key=(POLICY_RNG_STREAM,))
+            self._rng = np.random.default_rng(ss)
+        return self._rng
+
+    @property
+    def running(self) -> Iterable[Request]:
+        """The requests holding a place in the running batch."""
+        return () if self.policy is None else self.policy.running_requests()
+
+    # -- events ------------------------------------------------------------
     @property
     def arrival(self) -> simpy.Event:
         """An event that fires at the next arrival (a fresh one after each arrival)."""
@@ -51,6 +97,42 @@ class SchedulerContext:
             ev = self._arrival = self.env.event()
         return ev
 
+    @property
+    def slot_freed(self) -> simpy.Event:
+        """An event that fires when the next running request finishes or is aborted."""
+        ev = self._slot_freed
+        if ev is None:
+            ev = self._slot_freed = self.env.event()
+        return ev
+
+    @property
+    def step_end(self) -> simpy.Event:
+        """An event that fires at the end of the engine's next step (for helper processes)."""
+        ev = self._step_end
+        if ev is None:
+            ev = self._step_end = self.env.event()
+        return ev
+
+    def timer(self, delay: float) -> simpy.Event:
+        """An event that fires ``delay`` seconds from now."""
+        return self.env.timeout(delay)
+
+    def wake_event(self, timeout: float | None = None) -> simpy.Event:
+        """What an idle policy waits on: the next arrival, freed KV memory, or ``timeout``."""
+        ev: simpy.Event = self.arrival
+        kv = self.kv
+        if kv is not None and getattr(kv, "freed", None) is not None:
+            ev = ev | kv.freed
+        if timeout is not None:
+            ev = ev | self.env.timeout(timeout)
+        return ev
+
+    @staticmethod
+    def _fire(ev: simpy.Event | None) -> None:
+        if ev is not None and not ev.triggered:
+            ev.succeed()
+
+    # -- arrivals ------------------------------------------------------------
     @property
     def arrivals_done(self) -> bool:
         """True once no more requests will arrive."""
@@ -68,25 +150,40 @@ class SchedulerContext:
             src.flush(self.env.now)
 
     def submit(self, req: Request) -> None:
-        """A request arrives: queue it and wake a policy waiting for arrivals."""
+        """A request arrives: admission control, then queue it and wake a waiting policy."""
         self.recorder.num_arrived += 1
+        gate = self.gate
+        if gate is not None:
+            reason = gate(req)
+            if reason is not None:
+                self.reject(req, reason)
+                if self.arrivals_done:  # the last arrival: let an idle policy see the end
+                    ev, self._arrival = self._arrival, None
+                    self._fire(ev)
+                return
         self.waiting.append(req)
         ev = self._arrival
         if ev is not None:
             self._arrival = None
             ev.succeed()
 
+    # -- life cycle ------------------------------------------------------------
     def admit(self, req: Request) -> None:
         """``req`` joins the running batch now."""
         req.state = RequestState.RUNNING
         if req.first_scheduled is None:
             req.first_scheduled = self.env.now
+            self.num_started += 1
 
     def finish(self, req: Request, t: float) -> None:
         """``req`` emitted its last token at ``t``."""
         req.state = RequestState.FINISHED
         req.finish = req.last_token = t
         self._ended(req)
+        ev = self._slot_freed
+        if ev is not None:
+            self._slot_freed = None
+            ev.succeed()
 
     def reject(self, req: Request, reason: str) -> None:
         """``req`` is turned away without running (admission control, capacity)."""
@@ -96,12 +193,24 @@ class SchedulerContext:
 
     def abort(self, req: Request, reason: str) -> None:
         """``req`` ends before finishing (hard stop, horizon)."""
+        was_running = req.state == RequestState.RUNNING
         req.state = RequestState.ABORTED
         req.reason = reason
         req.finish = self.env.now
         self._ended(req)
+        if was_running:
+            ev, self._slot_freed = self._slot_freed, None
+            self._fire(ev)
 
     def _ended(self, req: Request) -> None:
         self.recorder.record_request(req)
         if self.on_end is not None:
             self.on_end(req)
+
+    def end_step(self, t: float) -> None:
+        """The engine finished a step at ``t`` (called by the engine)."""
+        self.last_step_end = t
+        ev = self._step_end
+        if ev is not None:
+            self._step_end = None
+            ev.succeed()

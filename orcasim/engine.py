@@ -7,6 +7,10 @@ wait on any SimPy event (an arrival, freed memory, a timer) before returning a
 The engine charges the step's latency as one timeout, lets the policy apply
 the step's effects, and records the step. A step is one SimPy event whatever
 the batch size.
+
+A hard stop (:meth:`Engine.stop`) interrupts the process, in a step or while
+the policy waits: the step in flight is lost, every running and waiting
+request is aborted, and the engine runs no more steps.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Generator
 
 import simpy
 
+from orcasim.admission.base import reject_all
 from orcasim.context import SchedulerContext
 from orcasim.errors import SimulationError
 from orcasim.latency.base import LatencyModel
@@ -38,7 +43,27 @@ class Engine:
         self.policy = policy
         self.latency = latency
         self.busy_time = 0.0
+        self.stopped = False
         self.process = env.process(self.run())
+
+    def stop(self, reason: str) -> None:
+        """Hard stop: abort what runs and waits with ``reason``; later arrivals are ``stopped``."""
+        self.stopped = True
+        self.ctx.gate = reject_all("stopped")
+        if self.process.is_alive:
+            self.process.interrupt(reason)
+        else:
+            self._abort_all(reason)
+
+    def _abort_all(self, reason: str) -> None:
+        ctx = self.ctx
+        policy = self.policy
+        for req in list(policy.running_requests()):
+            policy.drop(req)
+            ctx.abort(req, reason)
+        for req in list(ctx.waiting):
+            ctx.abort(req, reason)
+        ctx.waiting.clear()
 
     def run(self) -> Generator[simpy.Event, object, None]:
         env = self.env
@@ -52,36 +77,45 @@ class Engine:
         prev_end = 0.0
         empty_run = 0
         busy = 0.0
-        while True:
-            plan = yield from policy.next_step()
-            if plan is None:
-                break
-            if plan.num_seqs == 0:
-                empty_run += 1
-                if empty_run > MAX_EMPTY_STEPS:
+        t0 = -1.0  # start of the latest step; a step is in flight while t0 >= prev_end
+        try:
+            while True:
+                plan = yield from policy.next_step()
+                if plan is None:
+                    break
+                if plan.num_seqs == 0:
+                    empty_run += 1
+                    if empty_run > MAX_EMPTY_STEPS:
+                        raise SimulationError(
+                            f"policy {policy.type_name!r} scheduled {MAX_EMPTY_STEPS} empty "
+                            f"steps in a row at t={env.now:.6g}: no progress"
+                        )
+                else:
+                    empty_run = 0
+                dt = step_time(plan)
+                if not dt > 0.0:
                     raise SimulationError(
-                        f"policy {policy.type_name!r} scheduled {MAX_EMPTY_STEPS} empty steps "
-                        f"in a row at t={env.now:.6g}: no progress"
+                        f"latency model {self.latency.type_name!r} returned a step time of "
+                        f"{dt!r} s; it must be > 0"
                     )
-            else:
-                empty_run = 0
-            dt = step_time(plan)
-            if not dt > 0.0:
-                raise SimulationError(
-                    f"latency model {self.latency.type_name!r} returned a step time of {dt!r} s; "
-                    "it must be > 0"
-                )
-            t0 = env.now
-            num_waiting = len(ctx.waiting)
-            labels = policy.batch_labels(plan) if trace else None
-            yield timeout(env, dt)
-            t1 = env.now
-            busy += dt
-            policy.complete_step(plan, t0, t1)
-            ctx.last_step_end = t1
-            if labels is not None:
-                rec.record_batch(t0, t1, labels)
-            record_step(t0, t1, plan.num_seqs, plan.num_tokens, num_waiting, t1 - prev_end,
-                        plan.num_itl_tokens)
-            prev_end = t1
+                t0 = env.now
+                num_waiting = len(ctx.waiting)
+                labels = policy.batch_labels(plan) if trace else None
+                yield timeout(env, dt)
+                t1 = env.now
+                busy += dt
+                policy.complete_step(plan, t0, t1)
+                ctx.last_step_end = t1
+                if ctx._step_end is not None:
+                    ctx.end_step(t1)
+                if labels is not None:
+                    rec.record_batch(t0, t1, labels)
+                record_step(t0, t1, plan.num_seqs, plan.num_tokens, num_waiting, t1 - prev_end,
+                            plan.num_itl_tokens)
+                prev_end = t1
+        except simpy.Interrupt as stop:
+            if t0 >= prev_end:  # the step in flight is lost, but the GPU was busy with it
+                busy += env.now - t0
+            self._abort_all(str(stop.cause))
         self.busy_time = busy
+

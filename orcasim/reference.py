@@ -3,7 +3,7 @@
 Every field a scenario accepts is declared once, in a pydantic model: the
 top-level :class:`~orcasim.scenario.ScenarioModel` and its sections, and
 the ``Params`` of every registered component (policies, latency models,
-workloads, arrival processes, length distributions). This module walks those
+workloads, arrival processes, length distributions, admission controllers). This module walks those
 models and registries and writes Markdown, so the reference in the
 documentation site (built by ``mkdocs``, see ``tools/mkdocs_hooks.py``)
 always matches what the loader validates::
@@ -38,10 +38,11 @@ SECTIONS: list[tuple[str, str, Registry[Any], str]] = [
      "`workload.prompt_len`, `workload.output_len`"),
     ("Latency models", "latency-models", registry.latency_models, "`engine.latency`"),
     ("Policies", "policies", registry.policies, "`policy`"),
+    ("Admission controllers", "admission-controllers", registry.admission, "`admission`"),
 ]
 #: top-level fields typed ``Any`` that hold a component of a registry
 COMPONENT_FIELDS = {"workload": registry.workloads, "policy": registry.policies,
-                    "latency": registry.latency_models}
+                    "latency": registry.latency_models, "admission": registry.admission}
 
 
 #: what a field means, for the fields whose model gives no description
@@ -56,6 +57,8 @@ MEANINGS = {
     ("ScenarioModel", "metrics"): "options of the summary metrics",
     ("ScenarioModel", "output"): "what `orcasim run` writes",
     ("ScenarioModel", "variants"): "named sets of dotted overrides, all run on the same requests",
+    ("ScenarioModel", "admission"): "admission controllers, checked in order on every arrival",
+    ("ScenarioModel", "events"): "scenario events at given times (drain, hard stop)",
     ("ScenarioModel", "sweep"): "the grid and seeds of `orcasim sweep`",
     ("EngineOptions", "latency"): "how long a step takes",
     ("MetricsOptions", "slo"): "latency bounds for goodput and SLO attainment",

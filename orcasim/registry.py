@@ -1,4 +1,4 @@
-"""Name -> component registries: policies, latency models, workloads, length distributions.
+"""Name -> component registries: policies, latency models, workloads, admission controllers...
 
 Each component is a class with a ``Params`` pydantic model (its scenario
 fields) and registers itself under a name with one decorator::
@@ -78,3 +78,4 @@ latency_models: Registry[Any] = Registry("latency model")
 workloads: Registry[Any] = Registry("workload")
 arrivals: Registry[Any] = Registry("arrival process")
 lengths: Registry[Any] = Registry("length distribution")
+admission: Registry[Any] = Registry("admission controller")

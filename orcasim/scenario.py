@@ -22,6 +22,7 @@ import yaml
 from pydantic import Field, model_validator
 
 from orcasim import registry
+from orcasim.control import ControlEvent
 from orcasim.errors import ScenarioError
 from orcasim.experiments.options import SweepOptions
 from orcasim.kv.config import MemoryOptions
@@ -79,6 +80,8 @@ class ScenarioModel(ComponentParams):
     memory: MemoryOptions | None = None  # KV memory limit; none: unlimited
     metrics: MetricsOptions = Field(default_factory=MetricsOptions)
     output: OutputOptions = Field(default_factory=OutputOptions)
+    admission: list[Any] = Field(default_factory=list)
+    events: list[ControlEvent] = Field(default_factory=list)
     variants: dict[str, dict[str, Any] | None] | None = None
     sweep: SweepOptions | None = None
 
@@ -95,6 +98,8 @@ class VariantConfig:
     metrics: MetricsOptions
     output: OutputOptions
     raw: dict[str, Any] = field(repr=False)
+    admission: tuple[Spec, ...] = ()
+    events: tuple[ControlEvent, ...] = ()
     memory: MemoryOptions | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -104,6 +109,8 @@ class VariantConfig:
             "workload": self.workload.to_dict(),
             "engine": {"latency": self.latency.to_dict()},
             "policy": self.policy.to_dict(),
+            "admission": [a.to_dict() for a in self.admission],
+            "events": [e.model_dump() for e in self.events],
             "metrics": self.metrics.model_dump(),
         }
         if self.memory is not None:
@@ -204,6 +211,9 @@ def _variant(name: str, raw: dict[str, Any], where: str) -> VariantConfig:
             metrics=model.metrics,
             output=model.output,
             raw=raw,
+            admission=tuple(build_spec(registry.admission, a, f"admission.{i}")
+                            for i, a in enumerate(model.admission)),
+            events=tuple(model.events),
             memory=model.memory,
         )
     except ScenarioError as err:

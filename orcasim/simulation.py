@@ -13,12 +13,15 @@ from collections.abc import Sequence
 import numpy as np
 import simpy
 
+from orcasim.admission.base import Gate
 from orcasim.context import SchedulerContext
+from orcasim.control import control_process, first_time
 from orcasim.engine import Engine
 from orcasim.errors import ScenarioError, SimulationError
 from orcasim.metrics.recorder import Recorder
 from orcasim.metrics.results import Results, VariantResult
 from orcasim.metrics.summary import summarize
+from orcasim.request import RequestState
 from orcasim.scenario import Scenario, VariantConfig, load_scenario
 from orcasim.source import make_source
 from orcasim.workload.base import WorkloadArrays
@@ -33,33 +36,41 @@ def generate_workload(cfg: VariantConfig, seed: int | None = None) -> WorkloadAr
 
 
 def run_variant(
-    cfg: VariantConfig, arrays: WorkloadArrays, *, trace_steps: bool = False
+    cfg: VariantConfig,
+    arrays: WorkloadArrays,
+    *,
+    trace_steps: bool = False,
+    seed: int | None = None,
 ) -> VariantResult:
-    """Simulate one configuration on ``arrays`` and return its results."""
+    """Simulate one configuration on ``arrays`` and return its results.
+
+    ``seed`` (default: the configuration's) seeds the policies' own generator
+    (``ctx.rng``), which is independent of the workload's.
+    """
     env = simpy.Environment()
     rec = Recorder(trace_steps=trace_steps, series_capacity=cfg.output.series_capacity)
-    ctx = SchedulerContext(env, rec)
+    ctx = SchedulerContext(env, rec, seed=cfg.seed if seed is None else seed)
     kv = None
     if cfg.memory is not None:
         from orcasim.kv.pool import KVPool
 
         kv = ctx.kv = KVPool.from_options(env, cfg.memory, rec)
     policy = cfg.policy.create(ctx)
+    ctx.policy = policy
     if kv is not None and not getattr(policy, "models_kv_memory", False):
         raise ScenarioError("memory", f"policy {cfg.policy.type!r} does not model KV memory "
                             "(remove the memory section, or use continuous)")
     latency = cfg.latency.create()
+    if cfg.admission or cfg.events:
+        ctx.gate = Gate(make_controllers(cfg, ctx),
+                        drain_at=first_time(cfg.events, "drain"),
+                        stop_at=first_time(cfg.events, "hard_stop"))
     make_source(env, ctx, arrays)
     engine = Engine(env, ctx, policy, latency)
+    if cfg.events:
+        env.process(control_process(env, engine, cfg.events))
     env.run()
-    left = len(ctx.waiting) + sum(1 for _ in policy.running_requests())
-    if left or rec.num_recorded != rec.num_arrived or rec.num_arrived != len(arrays):
-        raise SimulationError(
-            f"variant {cfg.name!r}: the run stalled at t={env.now:.6g} with {len(ctx.waiting)} "
-            f"waiting and {left - len(ctx.waiting)} running requests and nothing left to happen "
-            f"({rec.num_arrived} of {len(arrays)} arrived, {rec.num_recorded} ended): "
-            f"policy {cfg.policy.type!r} cannot make progress"
-        )
+    check_conservation(cfg, ctx, rec, len(arrays), env.now)
     cols = rec.request_columns()
     itl = rec.itl_samples()
     slo = cfg.metrics.slo.model_dump() if cfg.metrics.slo is not None else None
@@ -89,6 +100,43 @@ def run_variant(
     )
 
 
+def make_controllers(cfg: VariantConfig, ctx: SchedulerContext) -> list:
+    """The variant's admission controllers; a configuration error names its entry."""
+    out = []
+    for i, spec in enumerate(cfg.admission):
+        try:
+            out.append(spec.create(ctx))
+        except ScenarioError as err:
+            raise ScenarioError(f"admission.{i}", err.message,
+                                cfg.name and f"variant {cfg.name}") from None
+    return out
+
+
+def check_conservation(
+    cfg: VariantConfig, ctx: SchedulerContext, rec: Recorder, num_requests: int, now: float
+) -> None:
+    """Every request arrived and ended in exactly one final state, or a clear error."""
+    waiting = len(ctx.waiting)
+    running = sum(1 for _ in ctx.running)
+    if waiting or running or rec.num_arrived != num_requests:
+        raise SimulationError(
+            f"variant {cfg.name!r}: the run stalled at t={now:.6g} with {waiting} "
+            f"waiting and {running} running requests and nothing left to happen "
+            f"({rec.num_arrived} of {num_requests} arrived, {rec.num_recorded} ended): "
+            f"policy {cfg.policy.type!r} cannot make progress"
+        )
+    counts = rec.state_counts()
+    ended = sum(counts.values())
+    distinct = rec.num_distinct_ids()
+    if ended != rec.num_arrived or distinct != ended:
+        raise SimulationError(
+            f"variant {cfg.name!r}: {rec.num_arrived} requests arrived but "
+            f"{counts[RequestState.FINISHED]} finished + {counts[RequestState.REJECTED]} "
+            f"rejected + {counts[RequestState.ABORTED]} aborted were recorded, for {distinct} "
+            f"distinct requests: policy {cfg.policy.type!r} lost or double-counted requests"
+        )
+
+
 def simulate(
     scenario: Scenario | str | None = None,
     seed: int | None = None,
@@ -113,5 +161,5 @@ def simulate(
         key = (repr(cfg.workload.to_dict()), s)
         if key not in cache:
             cache[key] = generate_workload(cfg, s)
-        out[cfg.name] = run_variant(cfg, cache[key], trace_steps=trace_steps)
+        out[cfg.name] = run_variant(cfg, cache[key], trace_steps=trace_steps, seed=s)
     return Results(scenario, out, seed=scenario.seed if seed is None else seed)

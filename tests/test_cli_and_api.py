@@ -53,7 +53,8 @@ def test_unknown_variant_is_an_error(tmp_path, capsys):
 def test_policies_and_scenarios_lists(capsys):
     assert main(["policies"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0].startswith("continuous") and "static" in out
+    names = [line.split()[0] for line in out.splitlines()]
+    assert names == sorted(names) and {"continuous", "static", "fcfs", "priority"} <= set(names)
     assert main(["scenarios"]) == 0
     assert "seed_orca" in capsys.readouterr().out
 

@@ -20,12 +20,13 @@ ABC = [
 ]
 
 
-def run(requests=ABC, policy=None, memory=None):
+def run(requests=ABC, policy=None, memory=None, **top):
     sc = orcasim.Scenario({
         "workload": {"type": "list", "requests": requests},
         "engine": {"latency": {"type": "constant", "step_time": 1.0}},
         "policy": {"type": "continuous", "max_batch": 8, **(policy or {})},
         "memory": {"block_size": 2, "num_blocks": 5, **(memory or {})},
+        **top,
     })
     return orcasim.simulate(sc, trace_steps=True)["continuous"]
 
@@ -106,6 +107,20 @@ def test_swap_falls_back_to_recompute_when_the_swap_space_is_full():
     assert (s["num_preemptions"], s["num_swap_outs"]) == (2, 1)
     assert s["num_recomputed_tokens"] == 3 + 2
     assert (v.requests["state"] == "finished").all()
+
+
+@pytest.mark.parametrize("preemption,extra,tokens", [
+    ("recompute", {}, {"A": 3, "B": 2, "C": 1}),
+    ("swap", {"bytes_per_token": 1000, "pcie_bandwidth": 4000}, {"A": 2, "B": 2, "C": 1}),
+])
+def test_hard_stop_aborts_running_and_swapped_requests(preemption, extra, tokens):
+    # stop at t=3.2. Recompute: A is in its 4th step, B and C wait. Swap: the engine is
+    # copying (2.5 to 4.0 s): B is in the swap space and C on its way back in
+    v = run(policy={"preemption": preemption}, memory=extra,
+            events=[{"type": "hard_stop", "at": 3.2}])
+    assert col(v, "state") == {"A": "aborted", "B": "aborted", "C": "aborted"}
+    assert col(v, "reason") == {"A": "hard_stop", "B": "hard_stop", "C": "hard_stop"}
+    assert col(v, "num_output_tokens") == tokens
 
 
 def test_lowest_priority_victim():

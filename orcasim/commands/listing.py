@@ -1,4 +1,4 @@
-"""``orcasim scenarios`` and ``orcasim policies``: what is built in and registered."""
+"""``orcasim scenarios``, ``policies`` and ``admission``: what is built in and registered."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     sub.add_parser("scenarios", help="list the built-in scenarios").set_defaults(handler=scenarios)
     sub.add_parser("policies", help="list the registered scheduling policies").set_defaults(
         handler=policies_)
+    sub.add_parser("admission", help="list the registered admission controllers").set_defaults(
+        handler=admission_)
 
 
 def scenarios(args: argparse.Namespace) -> int:
@@ -22,7 +24,17 @@ def scenarios(args: argparse.Namespace) -> int:
 def policies_(args: argparse.Namespace) -> int:
     from orcasim.registry import policies
 
-    for name, cls in policies:
+    return _list(policies)
+
+
+def admission_(args: argparse.Namespace) -> int:
+    from orcasim.registry import admission
+
+    return _list(admission)
+
+
+def _list(registry) -> int:
+    for name, cls in registry:
         doc = (cls.__doc__ or "").strip().splitlines()
         print(f"{name:<16} {doc[0] if doc else ''}")
     return 0

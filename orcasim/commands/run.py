@@ -40,6 +40,26 @@ TABLE_METRICS = [
 
 
 
+CLASS_METRICS = ["num_finished", "num_rejected", "num_aborted", "throughput_tok_s",
+                 "queue_delay_p99", "ttft_p50", "ttft_p99", "tpot_p50", "e2e_p99"]
+TENANT_METRICS = ["num_requests", "num_finished", "service_tokens", "ttft_p99"]
+
+
+def group_tables(res) -> list[tuple[str, list[str]]]:
+    """The per-class and per-tenant summary keys present in ``res``, for extra tables."""
+    out = []
+    for kind, wanted in (("class", CLASS_METRICS), ("tenant", TENANT_METRICS)):
+        names = list(dict.fromkeys(
+            k[len(kind) + 1:].rpartition(".")[0] for v in res.values() for k in v.summary
+            if k.startswith(kind + ".")))
+        keys = [f"{kind}.{n}.{m}" for n in names for m in wanted]
+        if kind == "tenant" and names:
+            keys.append("jain_index")
+        if keys:
+            out.append((kind, keys))
+    return out
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("run", help="run a scenario's variants and compare them")
     r.add_argument("scenario", nargs="?", default=None,
@@ -82,7 +102,12 @@ def run(args: argparse.Namespace) -> int:
             print(v.format_steps())
         print()
     metrics = [m for m in TABLE_METRICS if any(m in v.summary for v in res.values())]
+    metrics += sorted({k for v in res.values() for k in v.summary
+                       if k.startswith(("rejected_", "aborted_"))})
     print(res.table(metrics))
+    for kind, keys in group_tables(res):
+        print(f"\nper {kind}:")
+        print(res.table(keys))
     out = args.out if args.out is not None else Path("orcasim-out") / sc.name
     written = res.write(out, plots=not args.no_plots)
     print(f"\nwrote {len(written)} files to {out}/: {', '.join(p.name for p in written)}")

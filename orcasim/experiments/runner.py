@@ -48,7 +48,7 @@ def execute_run(
     files: dict[str, bytes] = {}
     try:
         arrays = generate_workload(cfg, seed)
-        res = run_variant(cfg, arrays)
+        res = run_variant(cfg, arrays, seed=seed)  # the policies' rng follows the seed too
         checks = check_run(res.columns, len(arrays), warmup=cfg.metrics.warmup,
                            cooldown=cfg.metrics.cooldown)
         row: dict[str, Any] = {"status": "ok", "error": "", **checks.as_row(),

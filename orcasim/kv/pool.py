@@ -205,6 +205,10 @@ class KVPool:
         self.swap_time += secs
         return secs
 
+    def discard_swapped(self, req: Request) -> None:
+        """Forget a swapped-out ``req`` (aborted): its CPU blocks become free."""
+        self.num_swap_blocks_used -= self._swapped.pop(req.id)
+
     # -- accounting -----------------------------------------------------------
     def observe(self, t_start: float, t_end: float, num_tokens: int, blocked: bool) -> None:
         """Record the memory state during a step: ``num_tokens`` KV tokens held by the batch.

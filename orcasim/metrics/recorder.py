@@ -16,7 +16,7 @@ import numpy as np
 
 from orcasim.metrics.kv_series import KVSeries
 from orcasim.metrics.series import StepSeries
-from orcasim.request import Request
+from orcasim.request import FINAL_STATES, Request, RequestState
 
 _NAN = float("nan")
 
@@ -133,6 +133,17 @@ class Recorder:
     @property
     def num_recorded(self) -> int:
         return len(self._i["id"])
+
+    def state_counts(self) -> dict[RequestState, int]:
+        """Recorded requests by final state."""
+        states = np.frombuffer(self._i["state"], dtype=np.int64) if self._i["state"] else \
+            np.zeros(0, np.int64)
+        return {s: int((states == int(s)).sum()) for s in FINAL_STATES}
+
+    def num_distinct_ids(self) -> int:
+        """Distinct request ids among the recorded rows (each request must end once)."""
+        return int(np.unique(np.frombuffer(self._i["id"], dtype=np.int64)).size) \
+            if self._i["id"] else 0
 
     def request_columns(self) -> dict[str, Any]:
         """Per-request columns as numpy arrays (and lists for strings), sorted by request id."""

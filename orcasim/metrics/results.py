@@ -70,6 +70,13 @@ class VariantResult:
         return df
 
     @property
+    def by_class(self) -> dict[str, dict[str, float]]:
+        """The per-class summary: class -> metric -> value (from the ``class.*`` keys)."""
+        from orcasim.metrics.groups import split_groups
+
+        return split_groups(self.summary, "class")
+
+    @property
     def step_series(self) -> pd.DataFrame:
         """The bounded per-step series (time-binned for long runs)."""
         import pandas as pd
@@ -147,6 +154,13 @@ class Results(Mapping[str, VariantResult]):
         frames = [v.requests.assign(variant=name) for name, v in self.variants.items()]
         df = pd.concat(frames, ignore_index=True)
         return df[["variant", *[c for c in df.columns if c != "variant"]]]
+
+    @property
+    def by_class(self) -> dict[str, dict[str, float]]:
+        """The per-class summary: class -> metric -> value (from the ``class.*`` keys)."""
+        from orcasim.metrics.groups import split_groups
+
+        return split_groups(self.summary, "class")
 
     @property
     def step_series(self) -> pd.DataFrame:

@@ -14,6 +14,10 @@ With a warm-up or cool-down (``metrics.warmup``/``metrics.cooldown``, fractions
 of the arrival span ``[0, last arrival]``), the latency metrics and the SLO
 metrics cover only the requests that arrived inside the window, and ITL only
 the steps that ended inside it; counts, makespan and throughput stay whole-run.
+
+Per-class and per-tenant keys, and counts of rejections and aborts by
+reason, come from :mod:`orcasim.metrics.groups` (class latencies use the
+same window).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from orcasim.metrics.groups import group_summary
 from orcasim.metrics.stats import percentiles, weighted_mean, weighted_percentiles
 from orcasim.request import RequestState
 
@@ -111,6 +116,7 @@ def summarize(
     out["output_tokens"] = output_tokens
     out["throughput_tok_s"] = output_tokens / makespan if makespan > 0 else float("nan")
     out["requests_per_s"] = out["num_finished"] / makespan if makespan > 0 else float("nan")
+    met = None
     span = makespan
     inside = np.ones(state.size, dtype=bool)
     values, counts = itl
@@ -144,4 +150,5 @@ def summarize(
     out["busy_fraction"] = busy_time / makespan if makespan > 0 else float("nan")
     if max_batch:
         out["slot_utilisation"] = sum_batch / (num_steps * max_batch) if num_steps else float("nan")
+    out.update(group_summary(cols, lat, makespan, met, inside))
     return out

@@ -1,6 +1,20 @@
 """Scheduling policies. Each lives in one file and registers itself with one decorator."""
 
-from orcasim.policies import continuous, static, vllm_v1
+from orcasim.policies import (
+    class_share,
+    continuous,
+    decode_first,
+    edf,
+    fcfs,
+    prefill_first,
+    priority,
+    sarathi,
+    sjf,
+    srpt,
+    static,
+    vllm_v1,
+    vtc,
+)
 from orcasim.policies.base import DecodeOnlyPolicy, Policy, PolicyParams, TokenPolicy
 
 __all__ = [
@@ -8,7 +22,17 @@ __all__ = [
     "Policy",
     "PolicyParams",
     "TokenPolicy",
+    "class_share",
     "continuous",
+    "decode_first",
+    "edf",
+    "fcfs",
+    "prefill_first",
+    "priority",
+    "sarathi",
+    "sjf",
+    "srpt",
     "static",
     "vllm_v1",
+    "vtc",
 ]

@@ -20,7 +20,7 @@ from orcasim.batch import DecodeBatch
 from orcasim.context import SchedulerContext
 from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
-from orcasim.request import Request
+from orcasim.request import Request, RequestState
 
 
 class PolicyParams(ComponentParams):
@@ -51,6 +51,10 @@ class Policy:
 
     def running_requests(self) -> Iterable[Request]:
         """Requests currently holding a place in the batch."""
+        raise NotImplementedError
+
+    def drop(self, req: Request) -> None:
+        """Take running ``req`` out of the batch (before an abort); free what it holds."""
         raise NotImplementedError
 
     def batch_labels(self, plan: StepPlan) -> tuple[str | None, ...]:
@@ -127,6 +131,11 @@ class DecodeOnlyPolicy(Policy):
     def running_requests(self) -> Iterable[Request]:
         return iter(self.batch)
 
+    def drop(self, req: Request) -> None:
+        self.batch.remove(req)
+        if req in self._joined:
+            self._joined.remove(req)
+
     def batch_labels(self, plan: StepPlan) -> tuple[str | None, ...]:
         return tuple(None if r is None else r.label for r in self.batch.slot_view())
 
@@ -198,7 +207,24 @@ class TokenPolicy(Policy):
                 ctx.finish(req, t_end)
 
     def release(self, req: Request) -> None:
-        """Hook: ``req`` finished and left the batch (free its KV blocks here)."""
+        """Hook: ``req`` left the batch (finished, preempted, dropped): free its KV blocks here."""
 
     def running_requests(self) -> Iterable[Request]:
         return iter(self.running)
+
+    def drop(self, req: Request) -> None:
+        self.running.remove(req)
+        self.release(req)
+
+    def preempt(self, req: Request) -> None:
+        """Preempt running ``req`` by recompute and put it back at the head of ``ctx.waiting``.
+
+        It keeps the tokens it generated; it loses its computed KV, so when it
+        runs again it recomputes prompt and generated tokens before emitting
+        its next token.
+        """
+        self.drop(req)
+        req.num_computed_tokens = 0
+        req.num_preemptions += 1
+        req.state = RequestState.PREEMPTED
+        self.ctx.waiting.appendleft(req)

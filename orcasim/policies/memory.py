@@ -324,6 +324,19 @@ class KVDecodePolicy(DecodeOnlyPolicy):
             ctx.finish(req, t_end)
         return None
 
+    def drop(self, req: Request) -> None:
+        """Take ``req`` out (before an abort) and free its KV memory, or its swap space."""
+        kv = self.kv
+        if kv is None:
+            return DecodeOnlyPolicy.drop(self, req)
+        if req in self._swapped:
+            self._swapped.remove(req)
+            kv.discard_swapped(req)
+            return None
+        DecodeOnlyPolicy.drop(self, req)
+        kv.release(req)
+        return None
+
     def running_requests(self) -> Any:
         if self.kv is None or not self._swapped:
             return iter(self.batch)

@@ -1,0 +1,62 @@
+"""``kv_fit``: admit a request only when its prompt fits in free KV memory.
+
+Needs the run's KV memory model (``ctx.kv``), read through three numbers
+that a :class:`~orcasim.kv.block_pool.BlockPool` has: ``block_size``,
+``num_free_blocks`` and ``num_usable_blocks``. A scenario without a memory
+model is an error, not a silent pass.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from orcasim.admission.base import AdmissionController
+from orcasim.context import SchedulerContext
+from orcasim.errors import ScenarioError
+from orcasim.params import ComponentParams
+from orcasim.registry import admission
+from orcasim.request import Request
+
+KV_ATTRS = ("block_size", "num_free_blocks", "num_usable_blocks")
+
+
+@admission.register("kv_fit")
+class KVFit(AdmissionController):
+    """Reject (``kv_full``) a request whose prompt does not fit in the free KV blocks.
+
+    A prompt larger than the whole pool is rejected with
+    ``exceeds_kv_capacity``. With ``include_waiting``, the prompts already
+    waiting count against the free blocks too (this scans the queue on every
+    arrival, so combine it with ``max_queue``). ``headroom`` keeps that share
+    of the pool free for the running requests' growth.
+    """
+
+    class Params(ComponentParams):
+        include_waiting: bool = Field(False, description="count the waiting prompts as well")
+        headroom: float = Field(0.0, ge=0, lt=1, description="share of the pool kept free")
+
+    def __init__(self, params: Params, ctx: SchedulerContext) -> None:
+        super().__init__(params, ctx)
+        kv = ctx.kv
+        if kv is None:
+            raise ScenarioError("", "kv_fit needs a KV memory model, and this scenario "
+                                "configures none")
+        missing = [a for a in KV_ATTRS if not hasattr(kv, a)]
+        if missing:
+            raise ScenarioError("", f"kv_fit: the KV memory model has no "
+                                f"{', '.join(missing)}")
+        self.kv = kv
+
+    def blocks(self, num_tokens: int) -> int:
+        bs = self.kv.block_size
+        return -(-num_tokens // bs)
+
+    def check(self, req: Request) -> str | None:
+        kv = self.kv
+        need = self.blocks(req.prompt_len or 1)
+        if need > kv.num_usable_blocks:
+            return "exceeds_kv_capacity"
+        if self.params.include_waiting:
+            need += sum(self.blocks(r.prompt_len or 1) for r in self.ctx.waiting)
+        free = kv.num_free_blocks - int(self.params.headroom * kv.num_usable_blocks)
+        return "kv_full" if need > free else None

@@ -1,0 +1,196 @@
+"""Waiting queues with an order of their own, to replace the context's FCFS deque.
+
+A policy that serves requests in another order than arrival installs one of
+these as ``ctx.waiting`` in its constructor. Each offers the deque methods
+the rest of the simulator uses (``append``, ``appendleft``, ``popleft``,
+``remove``, ``clear``, ``len``, iteration), so admission control, drain and
+hard stop work with any policy.
+
+- :class:`KeyedQueue`: a heap on a per-request key computed once, when the
+  request is queued (priority level, deadline, predicted length...). Ties go
+  first come, first served. O(log n) per operation.
+- :class:`GroupedQueue`: one FIFO per group (class, tenant), for policies that
+  first choose a group and then serve it in arrival order.
+
+Pure data structures: no SimPy.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any
+
+from orcasim.request import Request
+
+
+class KeyedQueue:
+    """Requests ordered by ``key(request)`` (smallest first), FIFO among equal keys.
+
+    The key is computed when a request is queued and does not change while it
+    waits. Removal from the middle is lazy (the entry is skipped when it
+    reaches the top), so every operation is O(log n).
+    """
+
+    __slots__ = ("_heap", "_key", "_live", "_seq")
+
+    def __init__(self, key: Callable[[Request], Any]) -> None:
+        self._key = key
+        self._heap: list[tuple[Any, int, Request]] = []
+        self._live: dict[int, int] = {}  # id(request) -> seq of its live entry
+        self._seq = 0
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def __bool__(self) -> bool:
+        return bool(self._live)
+
+    def __iter__(self) -> Iterator[Request]:
+        """The waiting requests in queue order."""
+        live = self._live
+        return iter([r for _, s, r in sorted(self._heap) if live.get(id(r)) == s])
+
+    def append(self, req: Request) -> None:
+        """Queue ``req`` at the place its key gives it."""
+        seq = self._seq
+        self._seq = seq + 1
+        self._live[id(req)] = seq
+        heapq.heappush(self._heap, (self._key(req), seq, req))
+
+    appendleft = append  # a preempted request also goes where its key puts it
+
+    def _top(self) -> tuple[Any, int, Request]:
+        heap, live = self._heap, self._live
+        while heap:
+            entry = heap[0]
+            if live.get(id(entry[2])) == entry[1]:
+                return entry
+            heapq.heappop(heap)
+        raise IndexError("the queue is empty")
+
+    def peek(self) -> Request:
+        """The first request, without removing it (IndexError if empty)."""
+        return self._top()[2]
+
+    def __getitem__(self, i: int) -> Request:
+        """``queue[0]`` is the first request, as for a deque; other indices are not supported."""
+        if i != 0:
+            raise IndexError("only queue[0] (the head) is supported")
+        return self._top()[2]
+
+    def peek_key(self) -> Any:
+        """The key of the first request (IndexError if empty)."""
+        return self._top()[0]
+
+    def popleft(self) -> Request:
+        """Remove and return the first request (IndexError if empty)."""
+        _, _, req = self._top()
+        heapq.heappop(self._heap)
+        del self._live[id(req)]
+        return req
+
+    def remove(self, req: Request) -> None:
+        """Take ``req`` out of the queue (ValueError if it is not queued)."""
+        if self._live.pop(id(req), None) is None:
+            raise ValueError(f"request {req.label} is not queued")
+
+    def clear(self) -> None:
+        self._heap.clear()
+        self._live.clear()
+
+
+class GroupedQueue:
+    """One first-come-first-served queue per group (``group(request)``: class, tenant...).
+
+    ``queue[0]`` and ``popleft()`` serve the group chosen by ``choose(groups)``
+    (which must not change anything), called with the groups that have waiting
+    requests in the order they first appeared. ``on_backlog(group)`` is called
+    when a new arrival finds its group's queue empty.
+    """
+
+    __slots__ = ("_choose", "_group", "_n", "_on_backlog", "queues")
+
+    def __init__(
+        self,
+        group: Callable[[Request], Hashable],
+        choose: Callable[[list[Hashable]], Hashable] | None = None,
+        on_backlog: Callable[[Hashable], None] | None = None,
+    ) -> None:
+        self._group = group
+        self._choose = choose
+        self._on_backlog = on_backlog
+        self.queues: dict[Hashable, deque[Request]] = {}
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __bool__(self) -> bool:
+        return self._n > 0
+
+    def __iter__(self) -> Iterator[Request]:
+        """Waiting requests, group by group."""
+        for q in self.queues.values():
+            yield from q
+
+    def group(self, req: Request) -> Hashable:
+        return self._group(req)
+
+    def backlogged(self) -> list[Hashable]:
+        """Groups with waiting requests."""
+        return [g for g, q in self.queues.items() if q]
+
+    def append(self, req: Request) -> None:
+        g = self._group(req)
+        q = self.queues.get(g)
+        if q is None:
+            q = self.queues[g] = deque()
+        if not q and self._on_backlog is not None:
+            self._on_backlog(g)
+        q.append(req)
+        self._n += 1
+
+    def appendleft(self, req: Request) -> None:
+        """Put ``req`` back at the head of its group (a preempted request)."""
+        g = self._group(req)
+        self.queues.setdefault(g, deque()).appendleft(req)
+        self._n += 1
+
+    def peek_group(self, g: Hashable) -> Request:
+        return self.queues[g][0]
+
+    def pop_group(self, g: Hashable) -> Request:
+        """Remove and return the first request of group ``g``."""
+        req = self.queues[g].popleft()
+        self._n -= 1
+        return req
+
+    def next_group(self) -> Hashable:
+        """The group served next (IndexError if every queue is empty)."""
+        groups = self.backlogged()
+        if not groups:
+            raise IndexError("the queue is empty")
+        return self._choose(groups) if self._choose is not None else groups[0]
+
+    def __getitem__(self, i: int) -> Request:
+        """``queue[0]``: the request ``popleft()`` would return."""
+        if i != 0:
+            raise IndexError("only queue[0] (the head) is supported")
+        return self.queues[self.next_group()][0]
+
+    def popleft(self) -> Request:
+        """Serve the group ``choose`` picks (default: the first backlogged one)."""
+        return self.pop_group(self.next_group())
+
+    def remove(self, req: Request) -> None:
+        q = self.queues.get(self._group(req))
+        if q is None or req not in q:
+            raise ValueError(f"request {req.label} is not queued")
+        q.remove(req)
+        self._n -= 1
+
+    def clear(self) -> None:
+        self.queues.clear()
+        self._n = 0

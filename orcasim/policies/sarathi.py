@@ -1,0 +1,36 @@
+"""``sarathi``: stall-free batching with chunked prefill (Sarathi-Serve, Agrawal et al., OSDI 2024).
+
+Every step has a token budget. Decoding requests are scheduled first, one
+token each, so a long prompt never stalls the decodes (no generation stall);
+then the prompts in progress, then new requests, in chunks that fill the
+rest of the budget. A small budget keeps every step short (good TPOT) at the
+price of spreading prompts over more steps (TTFT).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pydantic import Field
+
+from orcasim.policies.common import BatchPolicy, TokenParams
+from orcasim.registry import policies
+from orcasim.request import Request
+
+
+@policies.register("sarathi")
+class Sarathi(BatchPolicy):
+    """Decodes first, prompt chunks fill the rest of a per-step token budget."""
+
+    class Params(TokenParams):
+        token_budget: int = Field(512, gt=0, description="tokens computed per step at most")
+
+    def order_running(self) -> Iterable[Request]:
+        decodes: list[Request] = []
+        prefills: list[Request] = []
+        for req in self.running:
+            if req.num_output_tokens > 0 and req.num_computed_tokens == req.num_tokens - 1:
+                decodes.append(req)
+            else:
+                prefills.append(req)
+        return decodes + prefills if prefills else decodes

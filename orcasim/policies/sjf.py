@@ -1,0 +1,42 @@
+"""``sjf``: shortest job first by predicted output length.
+
+Waiting requests are admitted in order of their predicted output length: the
+true one (``sigma: 0``, an oracle) or the true one times a lognormal error
+``exp(N(0, sigma))`` drawn from the run's policy generator, so the value of a
+length predictor can be studied by varying ``sigma``. Non-preemptive: a
+running request keeps its place (see ``srpt`` for the preemptive variant).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from orcasim.context import SchedulerContext
+from orcasim.policies.common import KeyedPolicy, LengthPredictor, TokenParams
+from orcasim.registry import policies
+from orcasim.request import Request
+
+
+class LengthParams(TokenParams):
+    sigma: float = Field(0.0, ge=0, description="lognormal error of the predicted output length "
+                         "(0: the true length)")
+
+
+@policies.register("sjf")
+class SJF(KeyedPolicy):
+    """Shortest (predicted) output first; non-preemptive."""
+
+    Params = LengthParams
+
+    def __init__(self, params: LengthParams, ctx: SchedulerContext) -> None:
+        self.predict = LengthPredictor(params.sigma, ctx)
+        super().__init__(params, ctx)
+
+    def key(self, req: Request) -> Any:
+        return (self.predict(req), req.arrival)
+
+    def release(self, req: Request) -> None:
+        if req.num_output_tokens >= req.output_len:
+            self.predict.forget(req)
