@@ -88,6 +88,7 @@ def run_variant(
     )
     if kv is not None:
         summary.update(kv.summary())
+    summary.update(policy.summary_metrics())
     return VariantResult(
         name=cfg.name,
         config=cfg,

@@ -36,9 +36,9 @@ TABLE_METRICS = [
     "num_preemptions",
     "num_recomputed_tokens",
     "swapped_bytes",
+    # policies with a prefix cache
+    "prefix_cache_hit_rate",
 ]
-
-
 
 CLASS_METRICS = ["num_finished", "num_rejected", "num_aborted", "throughput_tok_s",
                  "queue_delay_p99", "ttft_p50", "ttft_p99", "tpot_p50", "e2e_p99"]

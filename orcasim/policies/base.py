@@ -57,6 +57,10 @@ class Policy:
         """Take running ``req`` out of the batch (before an abort); free what it holds."""
         raise NotImplementedError
 
+    def summary_metrics(self) -> dict[str, float]:
+        """Policy-specific metrics added to the run's summary (e.g. prefix-cache hits)."""
+        return {}
+
     def batch_labels(self, plan: StepPlan) -> tuple[str | None, ...]:
         """Labels of the requests in ``plan`` by slot, ``None`` for an empty slot (for tables)."""
         if plan.scheduled is None:

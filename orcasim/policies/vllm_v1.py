@@ -173,6 +173,9 @@ class VllmV1(TokenPolicy):
         self._queue_size = 2 if params.async_scheduling else 1
         self._current: StepOutput | None = None
         self._update_at_end = False
+        # prompt tokens at first admission, and how many of them the prefix cache served
+        self.num_prompt_tokens_admitted = 0
+        self.num_prefix_hit_tokens = 0
 
     # -- the waiting queue (ctx.waiting, kept in the policy's order) ------------------
     @staticmethod
@@ -303,6 +306,9 @@ class VllmV1(TokenPolicy):
                 waiting.popleft()
                 running.append(req)
                 kind = KIND_RESUMED if req.num_preemptions else KIND_NEW
+                if kind == KIND_NEW:
+                    self.num_prompt_tokens_admitted += req.prompt_len
+                    self.num_prefix_hit_tokens += min(num_hit, req.prompt_len)
                 scheduled[req.id] = [req, n, num_hit, kind, False]
                 budget -= n
                 seq.status = RUNNING
@@ -402,6 +408,14 @@ class VllmV1(TokenPolicy):
         plan = StepPlan(len(pairs), kv_tokens, prefill, decode, pairs)
         out.plan = plan
         return plan
+
+    def summary_metrics(self) -> dict[str, float]:
+        """Prefix-cache hits at first admission (re-admissions after preemption excluded)."""
+        total = self.num_prompt_tokens_admitted
+        return {
+            "prefix_cache_hit_tokens": self.num_prefix_hit_tokens,
+            "prefix_cache_hit_rate": self.num_prefix_hit_tokens / total if total else 0.0,
+        }
 
     def next_step(self) -> Generator[simpy.Event, Any, StepPlan | None]:
         ctx = self.ctx
