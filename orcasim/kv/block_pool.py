@@ -232,8 +232,18 @@ class BlockPool:
         The first block given is evicted first, so callers free a sequence's
         blocks tail first to keep its shared prefix cached the longest.
         """
-        queue = self.free_queue
+        append = self.free_queue.append
+        for b in self.drop_refs(ordered):
+            append(b)
+
+    def drop_refs(self, ordered: Iterable[Block]) -> list[Block]:
+        """Drop one reference on each block (the null block excepted); return those now free.
+
+        The caller puts the returned blocks into the free queue; subclasses
+        choose where (see :meth:`free_blocks`).
+        """
         null = self.null_block
+        freed = []
         for b in ordered:
             if b is null:
                 continue
@@ -241,7 +251,8 @@ class BlockPool:
                 raise ValueError(f"double free of {b!r}")
             b.ref_cnt -= 1
             if b.ref_cnt == 0:
-                queue.append(b)
+                freed.append(b)
+        return freed
 
     def evict_all_cached(self) -> int:
         """Forget every cached hash held by a free block; returns how many were dropped."""

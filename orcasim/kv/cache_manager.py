@@ -47,21 +47,12 @@ class ReuseFirstBlockPool(BlockPool):
     """
 
     def free_blocks(self, ordered: Iterable[Block]) -> None:
+        freed = self.drop_refs(ordered)
         queue = self.free_queue
-        null = self.null_block
-        first: list[Block] = []
-        last: list[Block] = []
-        for b in ordered:
-            if b is null:
-                continue
-            if b.ref_cnt <= 0:
-                raise ValueError(f"double free of {b!r}")
-            b.ref_cnt -= 1
-            if b.ref_cnt == 0:
-                (first if b.block_hash is None else last).append(b)
-        queue.prepend_n(first)
-        for b in last:
-            queue.append(b)
+        queue.prepend_n([b for b in freed if b.block_hash is None])
+        for b in freed:
+            if b.block_hash is not None:
+                queue.append(b)
 
 
 def cdiv(a: int, b: int) -> int:

@@ -16,30 +16,25 @@ from orcasim.params import ComponentParams
 from orcasim.registry import arrivals, lengths
 
 
-class ArrivalProcess:
+class Sampler:
+    """A registered component that draws a whole column of ``n`` values from the run's generator."""
+
+    type_name: ClassVar[str] = ""
+    Params: ClassVar[type[ComponentParams]] = ComponentParams
+
+    def __init__(self, params: ComponentParams) -> None:
+        self.params = params
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        raise NotImplementedError
+
+
+class ArrivalProcess(Sampler):
     """Draws ``n`` absolute arrival times, sorted, starting from time 0."""
 
-    type_name: ClassVar[str] = ""
-    Params: ClassVar[type[ComponentParams]] = ComponentParams
 
-    def __init__(self, params: ComponentParams) -> None:
-        self.params = params
-
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        raise NotImplementedError
-
-
-class LengthDist:
+class LengthDist(Sampler):
     """Draws ``n`` token counts as an int64 array."""
-
-    type_name: ClassVar[str] = ""
-    Params: ClassVar[type[ComponentParams]] = ComponentParams
-
-    def __init__(self, params: ComponentParams) -> None:
-        self.params = params
-
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        raise NotImplementedError
 
 
 @arrivals.register("poisson")
