@@ -68,7 +68,9 @@ class KVDecodePolicy(DecodeOnlyPolicy):
     def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
         self.kv = kv = ctx.kv
-        if kv is None:
+        if kv is None:  # unlimited memory: the plain decode-only steps, without a wrapper
+            self.next_step = DecodeOnlyPolicy.next_step.__get__(self)  # type: ignore[method-assign]
+            self.complete_step = DecodeOnlyPolicy.complete_step.__get__(self)  # type: ignore[method-assign]
             return
         p: Any = params
         self.head_of_line = p.kv_admission == "head_of_line"
