@@ -13,58 +13,71 @@ from __future__ import annotations
 
 import numpy as np
 
-_FIELDS = ("t_start", "t_end", "num_steps", "busy", "seqs_dt", "tokens_dt", "waiting_dt")
 
+class BinnedSeries:
+    """Rows of consecutive steps holding time integrals of named per-step values.
 
-class StepSeries:
-    """Per-step (t_start, t_end, batch size, tokens, waiting) rows, merged to stay bounded."""
+    Each row keeps its span (``t_start``, ``t_end``), ``num_steps``, ``busy``
+    (seconds of steps) and ``<value>_dt`` (the value times step duration,
+    summed), merged by :func:`rebin` to stay within ``capacity`` rows.
+    """
 
-    def __init__(self, capacity: int = 4096) -> None:
+    def __init__(self, values: tuple[str, ...], capacity: int = 4096) -> None:
         if capacity < 2:
             raise ValueError('"capacity" must be >= 2.')
+        self.values = values
         self.capacity = capacity
         self.width = 1  # steps per row
-        self._agg: dict[str, np.ndarray] = {f: np.zeros(0) for f in _FIELDS}
+        self._fields = ("t_start", "t_end", "num_steps", "busy", *(f"{v}_dt" for v in values))
+        self._agg: dict[str, np.ndarray] = {f: np.zeros(0) for f in self._fields}
 
-    def add_steps(self, t0: np.ndarray, t1: np.ndarray, seqs: np.ndarray, tokens: np.ndarray,
-                  waiting: np.ndarray) -> None:
-        """Append raw steps (one array element per step), then merge rows to stay bounded."""
+    def add_columns(self, t0: np.ndarray, t1: np.ndarray, columns: list[np.ndarray]) -> None:
+        """Append raw steps: their start and end times and one column per value, in order."""
         dt = t1 - t0
-        raw = {
-            "t_start": t0,
-            "t_end": t1,
-            "num_steps": np.ones_like(t0),
-            "busy": dt,
-            "seqs_dt": seqs * dt,
-            "tokens_dt": tokens * dt,
-            "waiting_dt": waiting * dt,
-        }
-        agg = {f: np.concatenate([self._agg[f], raw[f]]) for f in _FIELDS}
+        raw = {"t_start": t0, "t_end": t1, "num_steps": np.ones_like(t0), "busy": dt}
+        for v, col in zip(self.values, columns, strict=True):
+            raw[f"{v}_dt"] = col * dt
+        agg = {f: np.concatenate([self._agg[f], raw[f]]) for f in self._fields}
         self._agg, self.width = rebin(agg, self.width, self.capacity)
 
-    def add(self, t0: float, t1: float, seqs: int, tokens: int, waiting: int) -> None:
-        """Append one step (convenience; the recorder appends in blocks)."""
-        self.add_steps(*(np.array([x], dtype=np.float64) for x in (t0, t1, seqs, tokens, waiting)))
+    def totals(self) -> dict[str, float]:
+        """Sums over the run: ``num_steps``, ``busy`` seconds and each ``<value>_dt`` integral."""
+        return {f: float(a.sum()) for f, a in self._agg.items() if f not in ("t_start", "t_end")}
 
     def rows(self) -> dict[str, np.ndarray]:
-        """All rows, oldest first, with time-weighted means per row.
-
-        Columns: ``t_start``, ``t_end``, ``num_steps``, ``busy`` (seconds of
-        steps in the row), and ``batch_size``, ``num_tokens``, ``num_waiting``:
-        means over the row's busy time.
-        """
+        """All rows, oldest first: span, steps, busy time and each value's mean over busy time."""
         agg = self._agg
         busy = agg["busy"]
         safe = np.where(busy > 0, busy, 1.0)
-        return {
+        out = {
             "t_start": agg["t_start"],
             "t_end": agg["t_end"],
             "num_steps": agg["num_steps"].astype(np.int64),
             "busy": busy,
-            "batch_size": agg["seqs_dt"] / safe,
-            "num_tokens": agg["tokens_dt"] / safe,
-            "num_waiting": agg["waiting_dt"] / safe,
         }
+        for v in self.values:
+            out[v] = agg[f"{v}_dt"] / safe
+        return out
+
+
+class StepSeries(BinnedSeries):
+    """Per-step batch size, tokens and queue length, merged to stay bounded.
+
+    :meth:`rows` gives ``batch_size``, ``num_tokens`` and ``num_waiting`` as
+    means over each row's busy time.
+    """
+
+    def __init__(self, capacity: int = 4096) -> None:
+        super().__init__(("batch_size", "num_tokens", "num_waiting"), capacity)
+
+    def add_steps(self, t0: np.ndarray, t1: np.ndarray, seqs: np.ndarray, tokens: np.ndarray,
+                  waiting: np.ndarray) -> None:
+        """Append raw steps (one array element per step), then merge rows to stay bounded."""
+        self.add_columns(t0, t1, [seqs, tokens, waiting])
+
+    def add(self, t0: float, t1: float, seqs: int, tokens: int, waiting: int) -> None:
+        """Append one step (convenience; the recorder appends in blocks)."""
+        self.add_steps(*(np.array([x], dtype=np.float64) for x in (t0, t1, seqs, tokens, waiting)))
 
 
 def rebin(
