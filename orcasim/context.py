@@ -162,10 +162,8 @@ class SchedulerContext:
                     self._fire(ev)
                 return
         self.waiting.append(req)
-        ev = self._arrival
-        if ev is not None:
-            self._arrival = None
-            ev.succeed()
+        ev, self._arrival = self._arrival, None
+        self._fire(ev)
 
     # -- life cycle ------------------------------------------------------------
     def admit(self, req: Request) -> None:
@@ -180,10 +178,8 @@ class SchedulerContext:
         req.state = RequestState.FINISHED
         req.finish = req.last_token = t
         self._ended(req)
-        ev = self._slot_freed
-        if ev is not None:
-            self._slot_freed = None
-            ev.succeed()
+        ev, self._slot_freed = self._slot_freed, None
+        self._fire(ev)
 
     def reject(self, req: Request, reason: str) -> None:
         """``req`` is turned away without running (admission control, capacity)."""
@@ -210,7 +206,5 @@ class SchedulerContext:
     def end_step(self, t: float) -> None:
         """The engine finished a step at ``t`` (called by the engine)."""
         self.last_step_end = t
-        ev = self._step_end
-        if ev is not None:
-            self._step_end = None
-            ev.succeed()
+        ev, self._step_end = self._step_end, None
+        self._fire(ev)
