@@ -9,13 +9,21 @@ Events a policy (or any helper process) can wait on, each created only when
 someone asks for it, so an event nobody waits on costs nothing:
 
 - :attr:`arrival`: a request arrived (and passed admission control);
-- :attr:`slot_freed`: a running request finished or was aborted;
+- :attr:`slot_freed`: a running request finished, was aborted or preempted
+  (``slots.freed``: :attr:`slots` is the engine's
+  :class:`~orcasim.sched.slots.SlotPool`);
+- :attr:`admitted`: a request joined the batch (what an idle engine waits on
+  while an event-driven policy decides);
 - :attr:`step_end`: the engine finished a step (a step boundary);
 - :meth:`timer`: a timeout, e.g. to re-rank an aging queue;
-- ``kv.freed``: KV memory was freed, when the scenario has a ``memory``
-  section (:attr:`kv` is the :class:`~orcasim.kv.pool.KVPool`; ``None`` otherwise).
+- ``kv.freed``: KV memory was freed (:attr:`kv` is the
+  :class:`~orcasim.kv.pool.KVPool` of the scenario's ``memory`` section, or an
+  :class:`~orcasim.kv.unlimited.UnlimitedKV` without one).
 
 :meth:`wake_event` combines the ones that can unblock an idle policy.
+
+Preemption is counted here too (:meth:`preempted`, by reason), so every
+policy reports ``num_preemptions`` the same way.
 """
 
 from __future__ import annotations
@@ -27,7 +35,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import simpy
 
+from orcasim.kv.unlimited import UnlimitedKV
 from orcasim.request import Request, RequestState
+from orcasim.sched.slots import SlotPool
 
 if TYPE_CHECKING:
     from orcasim.kv.pool import KVPool
@@ -55,7 +65,15 @@ class SchedulerContext:
         self.waiting: Any = deque()
         self.source: OpenLoopSource | None = None
         self.policy: Policy | None = None
-        self.kv: KVPool | None = None  # KV memory, when the scenario has a memory section
+        #: KV memory: the scenario's pool, or an unlimited one without a memory section
+        self.kv: KVPool | UnlimitedKV | Any = UnlimitedKV(env)
+        #: batch slots; the policy sets the capacity (``max_num_seqs``)
+        self.slots = SlotPool(env, None)
+        #: the end of the step in flight (a request admitted before then starts then)
+        self.busy_until = 0.0
+        #: preemptions by reason (``kv_full``, ``priority``...)
+        self.preemptions: dict[str, int] = {}
+        self.num_recomputed_tokens = 0  # computed tokens lost to recompute preemptions
         #: ``(request) -> rejection reason or None``, called on every arrival (admission control)
         self.gate: Callable[[Request], str | None] | None = None
         self.last_step_end = 0.0  # end time of the engine's most recent step
@@ -63,8 +81,8 @@ class SchedulerContext:
         #: called with each request as it reaches its final state (closed-loop sources)
         self.on_end: Callable[[Request], None] | None = None
         self._arrival: simpy.Event | None = None
-        self._slot_freed: simpy.Event | None = None
         self._step_end: simpy.Event | None = None
+        self._admitted: simpy.Event | None = None
         self._rng: np.random.Generator | None = None
 
     @property
@@ -99,10 +117,15 @@ class SchedulerContext:
 
     @property
     def slot_freed(self) -> simpy.Event:
-        """An event that fires when the next running request finishes or is aborted."""
-        ev = self._slot_freed
+        """An event that fires when a running request next gives its slot back."""
+        return self.slots.freed
+
+    @property
+    def admitted(self) -> simpy.Event:
+        """An event that fires when the next request joins the batch."""
+        ev = self._admitted
         if ev is None:
-            ev = self._slot_freed = self.env.event()
+            ev = self._admitted = self.env.event()
         return ev
 
     @property
@@ -121,7 +144,7 @@ class SchedulerContext:
         """What an idle policy waits on: the next arrival, freed KV memory, or ``timeout``."""
         ev: simpy.Event = self.arrival
         kv = self.kv
-        if kv is not None and getattr(kv, "freed", None) is not None:
+        if kv.limited:
             ev = ev | kv.freed
         if timeout is not None:
             ev = ev | self.env.timeout(timeout)
@@ -167,19 +190,52 @@ class SchedulerContext:
 
     # -- life cycle ------------------------------------------------------------
     def admit(self, req: Request) -> None:
-        """``req`` joins the running batch now."""
+        """``req`` joins the running batch: it takes a batch slot and runs from the next step.
+
+        A request admitted while a step is in flight starts when that step
+        ends (its ``first_scheduled`` time).
+        """
+        if req.state != RequestState.RUNNING:
+            self.slots.admit(req.label)
         req.state = RequestState.RUNNING
         if req.first_scheduled is None:
-            req.first_scheduled = self.env.now
+            now = self.env.now
+            req.first_scheduled = now if self.busy_until <= now else self.busy_until
             self.num_started += 1
+        ev = self._admitted
+        if ev is not None:
+            self._admitted = None
+            ev.succeed(req)
+
+    def preempted(self, req: Request, reason: str, recompute: int = 0) -> None:
+        """Running ``req`` leaves the batch before finishing (the policy requeues it).
+
+        Gives its slot back, counts the preemption under ``reason`` and marks
+        the request ``PREEMPTED``; the policy has freed (or swapped) its memory.
+        ``recompute``: computed tokens it lost, which it will compute again.
+        """
+        if req.state == RequestState.RUNNING:
+            self.slots.release()
+        req.state = RequestState.PREEMPTED
+        req.num_preemptions += 1
+        self.preemptions[reason] = self.preemptions.get(reason, 0) + 1
+        self.num_recomputed_tokens += recompute
+
+    def preemption_summary(self) -> dict[str, int]:
+        """``num_preemptions``, ``num_preemptions_<reason>`` and ``num_recomputed_tokens``."""
+        out = {"num_preemptions": sum(self.preemptions.values()),
+               "num_recomputed_tokens": self.num_recomputed_tokens}
+        for reason, n in sorted(self.preemptions.items()):
+            out[f"num_preemptions_{reason}"] = n
+        return out
 
     def finish(self, req: Request, t: float) -> None:
         """``req`` emitted its last token at ``t``."""
+        if req.state == RequestState.RUNNING:
+            self.slots.release()
         req.state = RequestState.FINISHED
         req.finish = req.last_token = t
         self._ended(req)
-        ev, self._slot_freed = self._slot_freed, None
-        self._fire(ev)
 
     def reject(self, req: Request, reason: str) -> None:
         """``req`` is turned away without running (admission control, capacity)."""
@@ -195,8 +251,7 @@ class SchedulerContext:
         req.finish = self.env.now
         self._ended(req)
         if was_running:
-            ev, self._slot_freed = self._slot_freed, None
-            self._fire(ev)
+            self.slots.release()
 
     def _ended(self, req: Request) -> None:
         self.recorder.record_request(req)

@@ -1,12 +1,18 @@
 """The GPU engine: a SimPy process that executes one step (iteration) at a time.
 
-Each turn of its loop asks the policy for the next step. The policy's
-``next_step`` is a generator run inside this process (``yield from``): it may
-wait on any SimPy event (an arrival, freed memory, a timer) before returning a
-:class:`~orcasim.plan.StepPlan`, or return ``None`` when it has no more work.
-The engine charges the step's latency as one timeout, lets the policy apply
-the step's effects, and records the step. A step is one SimPy event whatever
-the batch size.
+At each step boundary the engine runs the policy's decision, its
+``next_step`` generator, until it returns a :class:`~orcasim.plan.StepPlan`
+(``None``: no more work). The decision may wait on any SimPy event (an
+arrival, a freed slot or freed memory, the end of a step, a timer). While it
+waits, the engine keeps running the batch as it is
+(:meth:`~orcasim.policies.base.Policy.continue_step`) and resumes the decision
+at the first boundary after the event; with nothing running, the engine
+waits for the event itself. The policy's event-driven processes
+(:meth:`~orcasim.policies.base.Policy.processes`) run beside it and change
+the batch at any time. The engine charges each step's latency (plus any KV
+swap time the plan carries) as one timeout, lets the policy apply the step's
+effects, and records the step. A step is one SimPy event whatever the batch
+size.
 
 A hard stop (:meth:`Engine.stop`) interrupts the process, in a step or while
 the policy waits: the step in flight is lost, every running and waiting
@@ -44,7 +50,11 @@ class Engine:
         self.latency = latency
         self.busy_time = 0.0
         self.stopped = False
+        #: the event the engine waits on with the policy, while nothing runs (for stall reports)
+        self.waiting_on: simpy.Event | None = None
         self.process = env.process(self.run())
+        for proc in policy.processes():
+            env.process(proc)
 
     def stop(self, reason: str) -> None:
         """Hard stop: abort what runs and waits with ``reason``; later arrivals are ``stopped``."""
@@ -76,12 +86,33 @@ class Engine:
         timeout = simpy.Timeout
         prev_end = 0.0
         empty_run = 0
-        busy = 0.0
         t0 = -1.0  # start of the latest step; a step is in flight while t0 >= prev_end
+        gen = None  # the policy's decision in progress (its next_step generator)
+        ev: simpy.Event | None = None  # the event that decision waits on
         try:
             while True:
-                plan = yield from policy.next_step()
-                if plan is None:
+                if gen is None:
+                    gen = policy.next_step()
+                    try:
+                        ev = gen.send(None)
+                    except StopIteration as done:
+                        plan, gen = done.value, None
+                else:  # the decision waits on ev: resume it if ev has happened by now
+                    while not happened(ev) and env.peek() <= env.now:
+                        yield env.timeout(0)  # let events of this instant be processed first
+                    if happened(ev):
+                        try:
+                            ev = gen.send(ev.value)  # type: ignore[union-attr]
+                        except StopIteration as done:
+                            plan, gen = done.value, None
+                if gen is not None:  # still waiting: the engine runs the batch as it is
+                    plan = policy.continue_step()
+                    if plan is None:  # nothing runs: the engine waits with the policy
+                        self.waiting_on = ev
+                        yield ev
+                        self.waiting_on = None
+                        continue
+                elif plan is None:
                     break
                 if plan.num_seqs == 0:
                     empty_run += 1
@@ -98,12 +129,15 @@ class Engine:
                         f"latency model {self.latency.type_name!r} returned a step time of "
                         f"{dt!r} s; it must be > 0"
                     )
+                dt += plan.swap_time
                 t0 = env.now
+                ctx.busy_until = t0 + dt
                 num_waiting = len(ctx.waiting)
                 labels = policy.batch_labels(plan) if trace else None
                 yield timeout(env, dt)
                 t1 = env.now
-                busy += dt
+                self.busy_time += dt
+                ctx.busy_until = t1
                 policy.complete_step(plan, t0, t1)
                 ctx.last_step_end = t1
                 if ctx._step_end is not None:
@@ -115,7 +149,13 @@ class Engine:
                 prev_end = t1
         except simpy.Interrupt as stop:
             if t0 >= prev_end:  # the step in flight is lost, but the GPU was busy with it
-                busy += env.now - t0
+                self.busy_time += env.now - t0
+            ctx.busy_until = env.now
             self._abort_all(str(stop.cause))
-        self.busy_time = busy
 
+
+def happened(ev: simpy.Event | None) -> bool:
+    """True once ``ev`` has occurred: processed, or triggered and not a timeout still pending."""
+    if ev is None or ev.callbacks is None:
+        return True
+    return ev.triggered and not isinstance(ev, simpy.Timeout)

@@ -23,6 +23,8 @@ class StepPlan:
         scheduled: optional ``(request, num_tokens)`` pairs, for policies that list them.
         num_itl_tokens: set after the step: tokens emitted by sequences that also
             emitted in the previous step (each an inter-token gap of the step).
+        swap_time: seconds of KV swapping (to or from CPU memory) the step also
+            does; the engine adds it to the step's latency.
     """
 
     __slots__ = (
@@ -32,6 +34,7 @@ class StepPlan:
         "num_prefill_tokens",
         "num_seqs",
         "scheduled",
+        "swap_time",
     )
 
     def __init__(
@@ -48,6 +51,7 @@ class StepPlan:
         self.num_decode_tokens = num_seqs if num_decode_tokens is None else num_decode_tokens
         self.scheduled = scheduled
         self.num_itl_tokens = 0
+        self.swap_time = 0.0
 
     @property
     def num_tokens(self) -> int:

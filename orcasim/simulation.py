@@ -50,16 +50,15 @@ def run_variant(
     env = simpy.Environment()
     rec = Recorder(trace_steps=trace_steps, series_capacity=cfg.output.series_capacity)
     ctx = SchedulerContext(env, rec, seed=cfg.seed if seed is None else seed)
-    kv = None
     if cfg.memory is not None:
         from orcasim.kv.pool import KVPool
 
-        kv = ctx.kv = KVPool.from_options(env, cfg.memory, rec)
+        ctx.kv = KVPool.from_options(env, cfg.memory, rec)
+        if not getattr(cfg.policy.cls, "models_kv_memory", False):
+            raise ScenarioError("memory", f"policy {cfg.policy.type!r} does not allocate KV "
+                                "memory (remove the memory section, or use a built-in policy)")
     policy = cfg.policy.create(ctx)
     ctx.policy = policy
-    if kv is not None and not getattr(policy, "models_kv_memory", False):
-        raise ScenarioError("memory", f"policy {cfg.policy.type!r} does not model KV memory "
-                            "(remove the memory section, or use continuous)")
     latency = cfg.latency.create()
     if cfg.admission or cfg.events:
         ctx.gate = Gate(make_controllers(cfg, ctx),
@@ -70,7 +69,7 @@ def run_variant(
     if cfg.events:
         env.process(control_process(env, engine, cfg.events))
     env.run()
-    check_conservation(cfg, ctx, rec, len(arrays), env.now)
+    check_conservation(cfg, ctx, rec, len(arrays), env.now, engine)
     cols = rec.request_columns()
     itl = rec.itl_samples()
     slo = cfg.metrics.slo.model_dump() if cfg.metrics.slo is not None else None
@@ -80,14 +79,14 @@ def run_variant(
         num_steps=rec.num_steps,
         sum_batch=rec.sum_batch,
         busy_time=engine.busy_time,
-        max_batch=getattr(cfg.policy.params, "max_batch", None),
+        slots=ctx.slots.capacity if ctx.slots.limited else None,
         slo=slo,
         warmup=cfg.metrics.warmup,
         cooldown=cfg.metrics.cooldown,
         itl_times=rec.itl_times() if cfg.metrics.warmup or cfg.metrics.cooldown else None,
     )
-    if kv is not None:
-        summary.update(kv.summary())
+    summary.update(ctx.preemption_summary())
+    summary.update(ctx.kv.summary())
     summary.update(policy.summary_metrics())
     return VariantResult(
         name=cfg.name,
@@ -114,18 +113,30 @@ def make_controllers(cfg: VariantConfig, ctx: SchedulerContext) -> list:
 
 
 def check_conservation(
-    cfg: VariantConfig, ctx: SchedulerContext, rec: Recorder, num_requests: int, now: float
+    cfg: VariantConfig, ctx: SchedulerContext, rec: Recorder, num_requests: int, now: float,
+    engine: Engine | None = None,
 ) -> None:
-    """Every request arrived and ended in exactly one final state, or a clear error."""
+    """Every request arrived and ended in exactly one final state, and every slot and KV
+    block came back; or a clear error."""
     waiting = len(ctx.waiting)
     running = sum(1 for _ in ctx.running)
     if waiting or running or rec.num_arrived != num_requests:
+        ev = engine.waiting_on if engine is not None else None
+        on = f" while it waits on {describe_event(ctx, ev)}" if ev is not None else ""
         raise SimulationError(
             f"variant {cfg.name!r}: the run stalled at t={now:.6g} with {waiting} "
             f"waiting and {running} running requests and nothing left to happen "
             f"({rec.num_arrived} of {num_requests} arrived, {rec.num_recorded} ended): "
-            f"policy {cfg.policy.type!r} cannot make progress"
+            f"policy {cfg.policy.type!r} cannot make progress{on}"
         )
+    held = ctx.slots.count - ctx.slots.reserved
+    if held:
+        raise SimulationError(f"variant {cfg.name!r}: {held} batch slots are still held after "
+                              f"the run: policy {cfg.policy.type!r} lost track of them")
+    leak = ctx.kv.leaked_blocks()
+    if leak:
+        raise SimulationError(f"variant {cfg.name!r}: {leak} KV blocks are still allocated "
+                              f"after the run: policy {cfg.policy.type!r} did not free them")
     counts = rec.state_counts()
     ended = sum(counts.values())
     distinct = rec.num_distinct_ids()
@@ -136,6 +147,21 @@ def check_conservation(
             f"rejected + {counts[RequestState.ABORTED]} aborted were recorded, for {distinct} "
             f"distinct requests: policy {cfg.policy.type!r} lost or double-counted requests"
         )
+
+
+def describe_event(ctx: SchedulerContext, ev: object) -> str:
+    """A readable name for an event a policy waits on (``ctx.slot_freed | a timer``)."""
+    names = {id(ctx._arrival): "ctx.arrival", id(ctx.slots._freed): "ctx.slot_freed",
+             id(ctx._step_end): "ctx.step_end", id(ctx._admitted): "ctx.admitted",
+             id(getattr(ctx.kv, "_freed", None)): "ctx.kv.freed"}
+    names.pop(id(None), None)
+    parts = getattr(ev, "_events", None)
+    if parts is not None:
+        sep = " | " if isinstance(ev, simpy.AnyOf) else " & "
+        return sep.join(describe_event(ctx, e) for e in parts)
+    if isinstance(ev, simpy.Timeout):
+        return "a timer"
+    return names.get(id(ev), type(ev).__name__)
 
 
 def simulate(

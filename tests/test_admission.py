@@ -10,8 +10,6 @@ import pytest
 
 import orcasim
 from orcasim.admission.slo import SLOTTFT
-from orcasim.policies.fcfs import FCFS
-from orcasim.registry import policies
 
 UNIT = {"type": "constant", "step_time": 1.0}
 
@@ -64,35 +62,52 @@ def test_token_bucket_per_tenant():
                          "b1": "finished"}
 
 
-@policies.register("test-fcfs-with-kv")
-class FCFSWithKV(FCFS):
-    """FCFS with a stand-in KV memory model (tests only)."""
-
-    def __init__(self, params, ctx):
-        super().__init__(params, ctx)
-        ctx.kv = SimpleNamespace(block_size=4, num_free_blocks=3, num_usable_blocks=10,
-                                 freed=None)
-
-
 def test_kv_fit_needs_a_memory_model():
     reqs = [{"name": "r0", "prompt_len": 1, "output_len": 1}]
     with pytest.raises(orcasim.ScenarioError, match="kv_fit needs a KV memory model"):
         run(reqs, [{"type": "kv_fit"}])
 
 
-def test_kv_fit_admits_only_prompts_that_fit():
-    reqs = [{"name": "fits", "prompt_len": 12, "output_len": 1},
-            {"name": "too_big_now", "prompt_len": 13, "output_len": 1},
-            {"name": "never_fits", "prompt_len": 41, "output_len": 1}]
-    v = run(reqs, [{"type": "kv_fit"}], policy={"type": "test-fcfs-with-kv"})
-    assert states(v) == {"fits": "finished", "too_big_now": "rejected:kv_full",
+#: 10 blocks of 4 tokens; the hog holds 7 of them (25 + 3 tokens) from t = 0 to t = 5
+HOG = {"name": "hog", "arrival": 0.0, "prompt_len": 25, "output_len": 4}
+
+
+@pytest.mark.parametrize("policy", [
+    {"type": "fcfs", "max_batch": 8},
+    {"type": "continuous", "max_batch": 8},
+    {"type": "priority", "max_batch": 8, "preempt": True},
+])
+def test_kv_fit_admits_only_prompts_that_fit(policy):
+    memory = {"num_blocks": 10, "block_size": 4}
+    reqs = [HOG,
+            {"name": "fits", "arrival": 1.0, "prompt_len": 12, "output_len": 1},
+            {"name": "too_big_now", "arrival": 1.0, "prompt_len": 13, "output_len": 1},
+            {"name": "never_fits", "arrival": 1.0, "prompt_len": 41, "output_len": 1}]
+    v = run(reqs, [{"type": "kv_fit"}], policy=policy, memory=memory)
+    assert states(v) == {"hog": "finished", "fits": "finished",
+                         "too_big_now": "rejected:kv_full",
                          "never_fits": "rejected:exceeds_kv_capacity"}
-    # counting the queue: the second 12-token prompt no longer fits next to the first
-    reqs = [{"name": "x", "prompt_len": 12, "output_len": 1},
-            {"name": "y", "prompt_len": 4, "output_len": 1}]
-    v = run(reqs, [{"type": "kv_fit", "include_waiting": True}],
-            policy={"type": "test-fcfs-with-kv"})
-    assert states(v) == {"x": "finished", "y": "rejected:kv_full"}
+    # counting the queue: the 4-token prompt no longer fits behind the waiting 12-token one
+    reqs = [HOG, {"name": "x", "arrival": 1.0, "prompt_len": 12, "output_len": 1},
+            {"name": "y", "arrival": 1.0, "prompt_len": 4, "output_len": 1}]
+    v = run(reqs, [{"type": "kv_fit", "include_waiting": True}], policy=policy, memory=memory)
+    assert states(v) == {"hog": "finished", "x": "finished", "y": "rejected:kv_full"}
+
+
+def test_kv_fit_on_a_reservation_pool_and_on_vllm_v1():
+    # oracle reservations: the hog reserves 28 of 40 slots, so 3 whole blocks stay free
+    reqs = [HOG, {"name": "fits", "arrival": 1.0, "prompt_len": 12, "output_len": 1},
+            {"name": "too_big_now", "arrival": 1.0, "prompt_len": 13, "output_len": 1}]
+    v = run(reqs, [{"type": "kv_fit"}], policy={"type": "fcfs", "max_batch": 8},
+            memory={"num_blocks": 10, "block_size": 4, "allocator": "oracle"})
+    assert states(v) == {"hog": "finished", "fits": "finished",
+                         "too_big_now": "rejected:kv_full"}
+    # vllm-v1's own pool (block 0 is its null block): 10 usable blocks of 4 tokens
+    v = run(reqs, [{"type": "kv_fit"}],
+            policy={"type": "vllm-v1", "num_blocks": 11, "block_size": 4,
+                    "enable_prefix_caching": False})
+    assert states(v) == {"hog": "finished", "fits": "finished",
+                         "too_big_now": "rejected:kv_full"}
 
 
 def test_slo_ttft_prediction():

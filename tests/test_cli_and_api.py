@@ -26,8 +26,9 @@ def test_run_default_scenario_writes_outputs(tmp_path, capsys):
                 "itl_p99", "num_finished", "num_rejected", "requests_per_s"):
         assert key in s["static"] and key in s["continuous"]
     assert s["continuous"]["throughput_tok_s"] == pytest.approx(198.49600095812394, rel=1e-12)
-    assert summary["config"]["static"]["policy"] == {"type": "static", "max_batch": 32,
-                                                     "prefill": False}
+    assert summary["config"]["static"]["policy"] == {
+        "type": "static", "max_batch": 32, "prefill": False, "kv_admission": "head_of_line",
+        "preemption": "recompute", "victim": "last_admitted", "watermark": 0.0}
     req = pd.read_csv(tmp_path / "requests.csv")
     assert len(req) == 1000 and list(req["variant"].unique()) == ["static", "continuous"]
     assert (req["state"] == "finished").all()

@@ -12,6 +12,7 @@ from orcasim.hardware import GB, MODELS
 from orcasim.kv.config import MemoryOptions, kv_blocks, next_pow2, reservation, resolve
 from orcasim.kv.contiguous import BuddySpace, ContiguousSpace
 from orcasim.kv.pool import KVPool
+from orcasim.policies.base import TokenPolicy
 from orcasim.request import Request
 
 
@@ -124,9 +125,33 @@ def test_memory_options_resolve_and_errors():
         orcasim.Scenario({**sc, "memory": {"model": "llama-2-70b", "gpu": "a10g"}})
     with pytest.raises(orcasim.ScenarioError, match=r"memory.block_size: .*greater than 0"):
         orcasim.Scenario({**sc, "memory": {"num_blocks": 4, "block_size": 0}})
-    with pytest.raises(orcasim.ScenarioError, match="does not model KV memory"):
-        orcasim.simulate(orcasim.Scenario({**sc, "policy": "static",
+    # a custom policy that allocates no memory is refused up front; the built-in ones run
+    with pytest.raises(orcasim.ScenarioError,
+                       match="policy 'test-no-memory' does not allocate KV memory"):
+        orcasim.simulate(orcasim.Scenario({**sc, "policy": "test-no-memory",
                                            "memory": {"num_blocks": 4}}))
+    v = orcasim.simulate(orcasim.Scenario({**sc, "policy": "static",
+                                           "memory": {"num_blocks": 4}}))
+    assert next(iter(v.values())).summary["num_finished"] >= 1
+
+
+@orcasim.register_policy("test-no-memory")
+class NoMemory(TokenPolicy):
+    """Every request runs at once, with no KV memory bookkeeping (tests only)."""
+
+    def next_step(self):
+        ctx = self.ctx
+        while True:
+            ctx.poll_arrivals()
+            while ctx.waiting:
+                req = ctx.waiting.popleft()
+                ctx.admit(req)
+                self.running.append(req)
+            if self.running:
+                return self.continue_step()
+            if ctx.arrivals_done:
+                return None
+            yield ctx.arrival
 
 
 def test_reservation_sizes():

@@ -83,14 +83,16 @@ def test_swap_preemption_timeline():
     v = run(policy={"preemption": "swap"},
             memory={"bytes_per_token": 1000, "pcie_bandwidth": 4000})
     t = v.step_table
+    # the swap copies are engine time inside the step that swaps
     assert list(zip(t["t_start"], t["t_end"], t["slots"], strict=True)) == [
         (0.0, 1.0, "A | B | C"),
-        (1.5, 2.5, "A | B | empty"),  # C (1 block) swapped out: 0.5 s
-        (4.0, 5.0, "A | C | empty"),  # B (2 blocks) out: 1 s; C back in: 0.5 s
+        (1.0, 2.5, "A | B | empty"),  # C (1 block) swapped out: 0.5 s
+        (2.5, 5.0, "A | C | empty"),  # B (2 blocks) out: 1 s; C back in: 0.5 s
         (5.0, 6.0, "A | empty | empty"),  # B needs 3 blocks, 2 are free
-        (7.0, 8.0, "B | empty | empty"),  # B back in: 1 s
+        (6.0, 8.0, "B | empty | empty"),  # B back in: 1 s
         (8.0, 9.0, "B | empty | empty"),
     ]
+    assert v.summary["busy_fraction"] == 1.0
     assert col(v, "finish") == {"A": 6.0, "B": 9.0, "C": 5.0}
     s = v.summary
     assert (s["num_preemptions"], s["num_swap_outs"], s["num_recomputed_tokens"]) == (2, 2, 0)

@@ -18,17 +18,11 @@ def scenario(requests, policy, **extra):
                              "engine": {"latency": UNIT}, "policy": policy, **extra})
 
 
-class FakeKV:
-    """A stand-in memory model: only its ``freed`` event matters here."""
-
-    def __init__(self, env):
-        self.env = env
-        self.freed = env.event()
-
-    def free_at(self, t):
-        yield self.env.timeout(t)
-        ev, self.freed = self.freed, self.env.event()
-        ev.succeed()
+def hold_all_blocks_until(kv, t):
+    """A helper process that takes the whole pool at t = 0 and gives it back at ``t``."""
+    n = yield kv.get(kv.num_usable_blocks)
+    yield kv.env.timeout(t)
+    kv.put(n)
 
 
 @policies.register("test-event-log")
@@ -43,11 +37,11 @@ class EventLog(TokenPolicy):
         pass
 
     log: ClassVar[list] = []
+    models_kv_memory = True
 
     def __init__(self, params, ctx):
         super().__init__(params, ctx)
-        ctx.kv = FakeKV(ctx.env)
-        ctx.env.process(ctx.kv.free_at(2.5))
+        ctx.env.process(hold_all_blocks_until(ctx.kv, 2.5))
         ctx.env.process(self.watch())
         self.memory_ok = False
 
@@ -83,7 +77,8 @@ def test_a_policy_waits_on_memory_and_helpers_see_steps_and_slots():
     EventLog.log = []
     reqs = [{"name": "a", "arrival": 0, "prompt_len": 1, "output_len": 2},
             {"name": "b", "arrival": 0, "prompt_len": 1, "output_len": 1}]
-    v = next(iter(orcasim.simulate(scenario(reqs, "test-event-log")).values()))
+    v = next(iter(orcasim.simulate(scenario(reqs, "test-event-log",
+                                            memory={"num_blocks": 4})).values()))
     # nothing runs until memory is freed at 2.5; then a (2 steps) and b (1 step)
     assert v.requests.set_index("name")["first_scheduled"].to_dict() == {"a": 2.5, "b": 4.5}
     assert v.requests.set_index("name")["finish"].to_dict() == {"a": 4.5, "b": 5.5}

@@ -1,9 +1,10 @@
 """``kv_fit``: admit a request only when its prompt fits in free KV memory.
 
-Needs the run's KV memory model (``ctx.kv``), read through three numbers
-that a :class:`~orcasim.kv.block_pool.BlockPool` has: ``block_size``,
-``num_free_blocks`` and ``num_usable_blocks``. A scenario without a memory
-model is an error, not a silent pass.
+Reads the run's KV memory (``ctx.kv``) through the read-outs every pool has:
+``block_size``, ``num_free_blocks`` and ``num_usable_blocks``, the same on a
+paged pool, a reservation pool (free slots in whole blocks) and the
+``vllm-v1`` policy's own block pool. A run with unlimited memory (no
+``memory`` section) is an error, not a silent pass.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ from orcasim.errors import ScenarioError
 from orcasim.params import ComponentParams
 from orcasim.registry import admission
 from orcasim.request import Request
-
-KV_ATTRS = ("block_size", "num_free_blocks", "num_usable_blocks")
 
 
 @admission.register("kv_fit")
@@ -38,13 +37,9 @@ class KVFit(AdmissionController):
     def __init__(self, params: Params, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
         kv = ctx.kv
-        if kv is None:
+        if not kv.limited:
             raise ScenarioError("", "kv_fit needs a KV memory model, and this scenario "
-                                "configures none")
-        missing = [a for a in KV_ATTRS if not hasattr(kv, a)]
-        if missing:
-            raise ScenarioError("", f"kv_fit: the KV memory model has no "
-                                f"{', '.join(missing)}")
+                                "configures none (add a memory section)")
         self.kv = kv
 
     def blocks(self, num_tokens: int) -> int:

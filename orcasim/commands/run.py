@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
             used = int(s["seq_steps"])
             line = f"\n{name}: {int(s['num_steps'])} steps"
             if "slot_utilisation" in s:
-                slots = int(s["num_steps"]) * int(v.config.policy.params.max_batch)
+                slots = round(used / s["slot_utilisation"]) if used else 0
                 line += f", slot utilisation {used}/{slots}"
             print(line)
             print(v.format_steps())

@@ -85,6 +85,29 @@ class PagedAllocator:
         self._note_final(req, n)
         return True
 
+    def allocate_tokens(self, req: Request, num_tokens: int, keep_free: int = 0) -> bool:
+        """Hold blocks for ``num_tokens`` tokens of ``req`` (all or nothing); False if short.
+
+        A request that holds none yet must leave ``keep_free`` blocks free
+        (the watermark); one that grows takes any free block.
+        """
+        n = -(-(num_tokens if num_tokens > 0 else 1) // self.block_size)
+        held = self.held.get(req.id)
+        if held is None:
+            if n + keep_free > self.num_free_blocks:
+                return False
+        elif n <= held:
+            return True
+        elif n - held > self.num_free_blocks:
+            return False
+        self.num_free_blocks -= n - (held or 0)
+        self.held[req.id] = n
+        self._note_final(req, n)
+        return True
+
+    def holds(self, req: Request) -> bool:
+        return req.id in self.held
+
     def grow(self, req: Request, num_tokens: int) -> bool:
         """Give ``req`` one more block, now holding ``num_tokens`` known tokens; False if none."""
         if not self.num_free_blocks:
@@ -170,6 +193,13 @@ class ReservationAllocator:
         self.internal_slots += internal
         self.padding_slots += padding
         return True
+
+    def allocate_tokens(self, req: Request, num_tokens: int, keep_free: int = 0) -> bool:
+        """Reserve ``req``'s region if it holds none (it covers every token); False if no hole."""
+        return req.id in self.space.regions or self.admit(req)
+
+    def holds(self, req: Request) -> bool:
+        return req.id in self.space.regions
 
     def grow(self, req: Request, num_tokens: int) -> bool:
         raise ValueError("a reservation never grows")

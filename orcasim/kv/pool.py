@@ -51,6 +51,9 @@ class KVGet(simpy.Event):
 class KVPool:
     """KV memory of one engine: an allocator, swap space, wait events and counters."""
 
+    #: False only for :class:`UnlimitedKV`: policies then skip memory bookkeeping
+    limited = True
+
     def __init__(self, env: simpy.Environment, layout: MemoryLayout,
                  recorder: Recorder | None = None) -> None:
         self.env = env
@@ -63,11 +66,10 @@ class KVPool:
         self._getters: deque[KVGet] = deque()
         self._swapped: dict[int, int] = {}  # request id -> CPU blocks
         self.num_swap_blocks_used = 0
+        self.num_taken = 0  # blocks taken with get() and not yet put back
         self.peak_allocated = 0
         self.num_releases = 0  # memory returned this many times (holes may have changed)
-        # counters reported in the summary
-        self.num_preemptions = 0
-        self.num_recomputed_tokens = 0
+        # counters reported in the summary (preemptions are counted by the context)
         self.num_swap_outs = 0
         self.num_swap_ins = 0
         self.swapped_bytes = 0
@@ -97,6 +99,7 @@ class KVPool:
     def put(self, n: int) -> None:
         """Return ``n`` blocks taken with :meth:`get`."""
         self.alloc.put_blocks(n)
+        self.num_taken -= n
         self._released()
 
     @property
@@ -111,6 +114,7 @@ class KVPool:
             if self.alloc.take_blocks(g.n) is None:
                 break  # head of line: later gets wait behind it
             getters.popleft()
+            self.num_taken += g.n
             self._note_peak()
             g.succeed(g.n)
 
@@ -137,6 +141,46 @@ class KVPool:
     @property
     def free_units(self) -> int:
         return self.alloc.free_units
+
+    # -- read-outs (the same on every allocator, in blocks of ``block_size`` tokens) -----
+    @property
+    def num_usable_blocks(self) -> int:
+        """Blocks the whole pool holds (a reservation pool: its slots / block size)."""
+        return self.capacity // self.block_size
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks free now (a reservation pool: free slots / block size, holes summed)."""
+        free = self.alloc.free_units
+        return free if self.paged else free // self.block_size
+
+    @property
+    def usage(self) -> float:
+        """Share of the pool's token slots allocated to requests (or taken with :meth:`get`)."""
+        return self.alloc.allocated_slots / self.capacity
+
+    def holds(self, req: Request) -> bool:
+        """True while ``req`` holds memory in this pool."""
+        return self.alloc.holds(req)
+
+    def try_allocate(self, req: Request, num_tokens: int, keep_free: int = 0) -> bool:
+        """Non-blocking: hold memory for ``num_tokens`` tokens of ``req``; False, changing nothing,
+        if it does not fit.
+
+        Paged: blocks up to ``ceil(num_tokens / block_size)``, all or nothing; a
+        request that holds nothing yet must leave ``keep_free`` blocks free.
+        Reservation: the request's whole region, once. Waiting :meth:`get`
+        calls go first: while one waits, a request holding nothing is refused.
+        """
+        alloc = self.alloc
+        if self._getters and not alloc.holds(req):
+            return False
+        if not alloc.allocate_tokens(req, num_tokens, keep_free):
+            return False
+        a = alloc.allocated_slots
+        if a > self.peak_allocated:
+            self.peak_allocated = a
+        return True
 
     def need(self, req: Request) -> int:
         """Units ``req`` needs to run now (blocks for its tokens, or its reservation)."""
@@ -193,9 +237,17 @@ class KVPool:
         self._released()
         return secs
 
-    def swap_in(self, req: Request, keep_free: int = 0) -> float | None:
-        """Move a swapped-out ``req`` back to GPU blocks; seconds it takes, or None if no room."""
-        if not self.admit(req, keep_free):
+    def swap_in(self, req: Request, keep_free: int = 0,
+                num_tokens: int | None = None) -> float | None:
+        """Move a swapped-out ``req`` back to GPU blocks; seconds it takes, or None if no room.
+
+        It gets blocks for its known tokens, or for ``num_tokens`` when given
+        (a token policy: the tokens it had computed).
+        """
+        if num_tokens is None:
+            if not self.admit(req, keep_free):
+                return None
+        elif not self.try_allocate(req, num_tokens, keep_free):
             return None
         n = self._swapped.pop(req.id)
         self.num_swap_blocks_used -= n
@@ -205,9 +257,19 @@ class KVPool:
         self.swap_time += secs
         return secs
 
+    def is_swapped(self, req: Request) -> bool:
+        return req.id in self._swapped
+
     def discard_swapped(self, req: Request) -> None:
         """Forget a swapped-out ``req`` (aborted): its CPU blocks become free."""
         self.num_swap_blocks_used -= self._swapped.pop(req.id)
+
+    def leaked_blocks(self) -> int:
+        """Blocks (GPU or swap) still allocated to requests; 0 once every request has ended."""
+        held = self.num_usable_blocks - self.num_free_blocks
+        if self.paged:
+            held -= self.num_taken
+        return held + self.num_swap_blocks_used
 
     # -- accounting -----------------------------------------------------------
     def observe(self, t_start: float, t_end: float, num_tokens: int, blocked: bool) -> None:
@@ -262,8 +324,6 @@ class KVPool:
                       "kv_alloc_waste"):
                 out[k] = nan
         out["kv_peak_usage"] = self.peak_allocated / cap
-        out["num_preemptions"] = self.num_preemptions
-        out["num_recomputed_tokens"] = self.num_recomputed_tokens
         out["num_swap_outs"] = self.num_swap_outs
         out["swapped_bytes"] = self.swapped_bytes
         out["swap_time_s"] = self.swap_time

@@ -88,7 +88,7 @@ def summarize(
     num_steps: int,
     sum_batch: int,
     busy_time: float,
-    max_batch: int | None = None,
+    slots: int | None = None,
     slo: dict[str, float | None] | None = None,
     warmup: float = 0.0,
     cooldown: float = 0.0,
@@ -148,7 +148,7 @@ def summarize(
     out["seq_steps"] = sum_batch
     out["mean_batch_size"] = sum_batch / num_steps if num_steps else float("nan")
     out["busy_fraction"] = busy_time / makespan if makespan > 0 else float("nan")
-    if max_batch:
-        out["slot_utilisation"] = sum_batch / (num_steps * max_batch) if num_steps else float("nan")
+    if slots:
+        out["slot_utilisation"] = sum_batch / (num_steps * slots) if num_steps else float("nan")
     out.update(group_summary(cols, lat, makespan, met, inside))
     return out

@@ -1,12 +1,24 @@
 """The policy interface, and the shared core of decode-only batching policies.
 
-A policy decides, at every step boundary, which requests run in the next
-step. The engine runs its :meth:`Policy.next_step` generator inside the engine
-process: the generator may ``yield`` SimPy events to wait (``yield
-ctx.arrival``) and ``return`` a :class:`~orcasim.plan.StepPlan`, or ``None``
-when no work remains and none will arrive. After the step the engine calls
-:meth:`Policy.complete_step`, where the policy applies its effects (tokens
-emitted, requests finished) through the context.
+A policy changes the batch; the engine runs steps over it. Two styles, both
+first-class and freely mixed:
+
+- *step-synchronous*: at every step boundary the engine runs the policy's
+  :meth:`Policy.next_step` generator, which decides the whole next step and
+  returns its :class:`~orcasim.plan.StepPlan` (``None`` when no work
+  remains and none will arrive). It may ``yield`` any SimPy event to wait
+  (``yield ctx.slot_freed``, ``yield ctx.kv.freed``, ``yield ctx.step_end``,
+  a timer). While it waits, the engine keeps running the batch as it is
+  (:meth:`Policy.continue_step`), and resumes the generator at the first step
+  boundary after the event; with nothing running, the engine waits with it.
+- *event-driven*: :meth:`Policy.processes` returns generators that the
+  engine starts as SimPy processes; they wait on arrivals, freed slots and
+  memory, and admit requests (``ctx.admit``) whenever they like. A request
+  admitted while a step is in flight runs from the next step.
+
+After each step the engine calls :meth:`Policy.complete_step`, where the
+policy applies its effects (tokens emitted, requests finished) through the
+context.
 """
 
 from __future__ import annotations
@@ -15,16 +27,30 @@ from collections.abc import Generator, Iterable
 from typing import Any, ClassVar
 
 import simpy
+from pydantic import AliasChoices, Field
 
 from orcasim.batch import DecodeBatch
 from orcasim.context import SchedulerContext
 from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
-from orcasim.request import Request, RequestState
+from orcasim.request import Request
 
 
 class PolicyParams(ComponentParams):
     """Base for a policy's scenario parameters."""
+
+
+def slots_field(default: int = 32, description: str = "running sequences at most "
+                "(batch slots; vLLM's max_num_seqs)") -> Any:
+    """The batch-slot capacity field: ``max_batch``, also accepted as ``max_num_seqs``."""
+    return Field(default, gt=0, description=description,
+                 validation_alias=AliasChoices("max_batch", "max_num_seqs"))
+
+
+def slot_capacity(params: ComponentParams) -> int | None:
+    """The batch slots a policy's parameters allow (``None``: no limit)."""
+    cap = getattr(params, "max_batch", None)
+    return getattr(params, "max_num_seqs", None) if cap is None else cap
 
 
 class Policy:
@@ -36,10 +62,24 @@ class Policy:
     def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
         self.params = params
         self.ctx = ctx
+        if ctx is not None:
+            ctx.slots.capacity = cap = slot_capacity(params) or ctx.slots.capacity
+            ctx.slots.limited = cap < (1 << 62)
 
     def next_step(self) -> Generator[simpy.Event, Any, StepPlan | None]:
         """Wait as needed, then return the next step's plan (``None``: no more work)."""
         raise NotImplementedError
+
+    def continue_step(self) -> StepPlan | None:
+        """The next step of the running batch as it is, with no admission (``None``: nothing).
+
+        The engine runs it while :meth:`next_step` waits on an event.
+        """
+        return None
+
+    def processes(self) -> list[Generator[simpy.Event, Any, Any]]:
+        """Event-driven parts of the policy, started by the engine as SimPy processes."""
+        return []
 
     def complete_step(self, plan: StepPlan, t_start: float, t_end: float) -> None:
         """Apply the effects of ``plan``, which ran from ``t_start`` to ``t_end``.
@@ -87,34 +127,62 @@ class DecodeOnlyPolicy(Policy):
         self.batch = DecodeBatch()
         self.prefill: bool = bool(getattr(params, "prefill", False))
         self._joined: list[Request] = []
+        self._deferred: list[Request] = []  # admitted during a step in flight
+        # event-driven parts may admit at any time
+        self._listens = type(self).processes is not Policy.processes
 
     def admit(self) -> None:
         """Move waiting requests into the batch (via :meth:`join`) as the policy allows."""
         raise NotImplementedError
 
     def join(self, req: Request) -> None:
-        """Put ``req`` into the batch for the next step."""
-        self.ctx.admit(req)
+        """Put ``req`` into the batch for the next step.
+
+        While a step is in flight (an event-driven process admitting), the
+        request waits beside the batch until that step ends.
+        """
+        ctx = self.ctx
+        ctx.admit(req)
+        if ctx.busy_until > ctx.env.now:
+            self._deferred.append(req)
+            return
         self.batch.add(req)
         self._joined.append(req)
+
+    def _take_deferred(self) -> None:
+        deferred, self._deferred = self._deferred, []
+        for req in deferred:
+            self.batch.add(req)
+            self._joined.append(req)
 
     def next_step(self) -> Generator[simpy.Event, Any, StepPlan | None]:
         ctx = self.ctx
         batch = self.batch
         while True:
+            if self._deferred:
+                self._take_deferred()
             ctx.poll_arrivals()
             if ctx.waiting:
                 self.admit()
             if batch.size:
-                joined = self._joined
-                if self.prefill and joined:
-                    fresh = sum(r.prompt_len + r.num_output_tokens for r in joined)
-                    return StepPlan(batch.size, batch.num_kv_tokens - fresh, fresh,
-                                    batch.size - len(joined))
-                return StepPlan(batch.size, batch.num_kv_tokens)
+                return self._decode_plan()
             if not ctx.waiting and ctx.arrivals_done:
                 return None
-            yield ctx.arrival
+            yield ctx.arrival | ctx.admitted if self._listens else ctx.arrival
+
+    def _decode_plan(self) -> StepPlan:
+        batch = self.batch
+        joined = self._joined
+        if self.prefill and joined:
+            fresh = sum(r.prompt_len + r.num_output_tokens for r in joined)
+            return StepPlan(batch.size, batch.num_kv_tokens - fresh, fresh,
+                            batch.size - len(joined))
+        return StepPlan(batch.size, batch.num_kv_tokens)
+
+    def continue_step(self) -> StepPlan | None:
+        if self._deferred:
+            self._take_deferred()
+        return self._decode_plan() if self.batch.size else None
 
     def complete_step(self, plan: StepPlan, t_start: float, t_end: float) -> None:
         joined = self._joined
@@ -133,9 +201,14 @@ class DecodeOnlyPolicy(Policy):
                 finish(req, t_end)
 
     def running_requests(self) -> Iterable[Request]:
+        if self._deferred:
+            return iter([*self.batch, *self._deferred])
         return iter(self.batch)
 
     def drop(self, req: Request) -> None:
+        if req in self._deferred:
+            self._deferred.remove(req)
+            return
         self.batch.remove(req)
         if req in self._joined:
             self._joined.remove(req)
@@ -156,15 +229,36 @@ class TokenPolicy(Policy):
     preempted by recompute starts again from zero and emits its next token once
     it has recomputed prompt and generated tokens. Decoding is ``n = 1``.
 
-    Subclasses keep ``self.running`` (the batch, in the order they schedule it)
-    and implement :meth:`next_step`, building the plan with :meth:`make_plan`.
-    Finished requests are removed from ``self.running`` and passed to
-    :meth:`release` (free their memory there) before they are recorded.
+    Subclasses keep ``self.running`` (the batch, in the order they schedule it).
+    A step-synchronous subclass implements :meth:`next_step`, building the plan
+    with :meth:`make_plan`; an event-driven one only admits from its
+    :meth:`~Policy.processes` (``ctx.admit(req)``, then
+    ``self.running.append(req)``), and the default :meth:`next_step` runs every
+    running request's missing tokens each step. Finished requests are removed
+    from ``self.running`` and passed to :meth:`release` (which frees their KV
+    memory) before they are recorded.
     """
 
     def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
         self.running: list[Request] = []
+
+    def next_step(self) -> Generator[simpy.Event, Any, StepPlan | None]:
+        """Run the batch as it is; with nothing running, wait for an arrival or an admission."""
+        ctx = self.ctx
+        while True:
+            ctx.poll_arrivals()
+            plan = self.continue_step()
+            if plan is not None:
+                return plan
+            if not ctx.waiting and not self.running and ctx.arrivals_done:
+                return None
+            yield ctx.arrival | ctx.admitted
+
+    def continue_step(self) -> StepPlan | None:
+        """Every running request computes the tokens it is missing (no budget, no admission)."""
+        scheduled = [(r, r.num_tokens - r.num_computed_tokens) for r in self.running]
+        return self.make_plan(scheduled) if scheduled else None
 
     def make_plan(self, scheduled: list[tuple[Request, int]]) -> StepPlan:
         """A plan running ``scheduled`` ``(request, num_tokens)`` pairs, with its cost aggregates.
@@ -211,7 +305,10 @@ class TokenPolicy(Policy):
                 ctx.finish(req, t_end)
 
     def release(self, req: Request) -> None:
-        """Hook: ``req`` left the batch (finished, preempted, dropped): free its KV blocks here."""
+        """``req`` left the batch (finished, preempted, dropped): free its KV memory."""
+        kv = self.ctx.kv
+        if kv.limited and kv.holds(req):
+            kv.release(req)
 
     def running_requests(self) -> Iterable[Request]:
         return iter(self.running)
@@ -220,15 +317,16 @@ class TokenPolicy(Policy):
         self.running.remove(req)
         self.release(req)
 
-    def preempt(self, req: Request) -> None:
+    def preempt(self, req: Request, reason: str = "priority") -> None:
         """Preempt running ``req`` by recompute and put it back at the head of ``ctx.waiting``.
 
         It keeps the tokens it generated; it loses its computed KV, so when it
         runs again it recomputes prompt and generated tokens before emitting
-        its next token.
+        its next token. ``reason`` is counted in the summary
+        (``num_preemptions_<reason>``).
         """
         self.drop(req)
+        ctx = self.ctx
+        ctx.preempted(req, reason, recompute=req.num_computed_tokens)
         req.num_computed_tokens = 0
-        req.num_preemptions += 1
-        req.state = RequestState.PREEMPTED
-        self.ctx.waiting.appendleft(req)
+        ctx.waiting.appendleft(req)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator, Iterable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import simpy
 from pydantic import Field
@@ -34,15 +34,25 @@ from orcasim.context import SchedulerContext
 from orcasim.errors import SimulationError
 from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
-from orcasim.policies.base import PolicyParams, TokenPolicy
+from orcasim.policies.base import PolicyParams, TokenPolicy, slots_field
 from orcasim.policies.queues import KeyedQueue
-from orcasim.request import Request
+from orcasim.request import Request, RequestState
+from orcasim.sched.token_memory import TokenMemory
 
 
-class TokenParams(PolicyParams):
+class MemoryParams(PolicyParams):
+    """Memory options of a token policy (used only with a ``memory`` section)."""
+
+    preemption: Literal["recompute", "swap"] = Field(
+        "recompute", description="how a victim gives its KV memory back (with a memory section)")
+    watermark: float = Field(0.0, ge=0, lt=1, description="share of blocks kept free when "
+                             "admitting while others run (paged memory)")
+
+
+class TokenParams(MemoryParams):
     """Parameters every :class:`BatchPolicy` has."""
 
-    max_batch: int = Field(32, gt=0, description="running sequences at most (max_num_seqs)")
+    max_batch: int = slots_field(32)
     token_budget: int = Field(2048, gt=0, description="tokens computed per step at most")
     chunked_prefill: bool = Field(True, description="split a prompt across steps to fit the budget")
 
@@ -51,23 +61,44 @@ class BatchPolicy(TokenPolicy):
     """Mixed prefill/decode batching under a token budget; subclasses choose the order."""
 
     Params: ClassVar[type[ComponentParams]] = TokenParams
+    models_kv_memory: ClassVar[bool] = True
     #: whether :meth:`victim` is consulted when the batch is full
     preemptive: bool = False
 
     def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
         self.chunked: bool = bool(getattr(params, "chunked_prefill", False))
+        self.mem: TokenMemory | None = None
+        self._preempted_for_memory = False
+        if ctx is not None and ctx.kv.limited:
+            p: Any = params
+            self.mem = TokenMemory(ctx.kv, getattr(p, "preemption", "recompute"),
+                                   getattr(p, "watermark", 0.0))
 
     def next_step(self) -> Generator[simpy.Event, Any, StepPlan | None]:
         ctx = self.ctx
+        mem = self.mem
         while True:
             ctx.poll_arrivals()
+            if mem is not None:
+                mem.blocked = False
             scheduled = self.schedule()
             if scheduled:
-                return self.make_plan(scheduled)
-            if not ctx.waiting and not self.running and ctx.arrivals_done:
+                return self._plan(scheduled)
+            if (not ctx.waiting and not self.running and ctx.arrivals_done
+                    and not (mem is not None and mem.swapped)):
                 return None
             yield ctx.wake_event()
+
+    def continue_step(self) -> StepPlan | None:
+        scheduled, _ = self.schedule_running(self.params.token_budget)
+        return self._plan(scheduled) if scheduled else None
+
+    def _plan(self, scheduled: list[tuple[Request, int]]) -> StepPlan:
+        plan = self.make_plan(scheduled)
+        if self.mem is not None:
+            plan.swap_time = self.mem.take_swap_time()
+        return plan
 
     # -- hooks ---------------------------------------------------------------
     def order_running(self) -> Iterable[Request]:
@@ -78,17 +109,32 @@ class BatchPolicy(TokenPolicy):
         """A running request to preempt so that ``head`` can run, or ``None``."""
         return None
 
+    def memory_victim(self) -> Request:
+        """The running request to preempt when a running one lacks memory (the last admitted)."""
+        return self.running[-1]
+
     def admitted(self, req: Request) -> None:
         """Hook: ``req`` was just admitted from the waiting queue."""
 
     # -- the step rule ---------------------------------------------------------
     def schedule(self) -> list[tuple[Request, int]]:
-        """This step's ``(request, tokens)``: running requests first, then admissions."""
-        p = self.params
-        budget: int = p.token_budget
+        """This step's ``(request, tokens)``: running requests first, then admissions.
+
+        A step that preempted for memory admits nothing new (vLLM's rule).
+        """
+        self._preempted_for_memory = False
+        scheduled, budget = self.schedule_running(self.params.token_budget)
+        if not self._preempted_for_memory:
+            self.admit_waiting(scheduled, budget)
+        return scheduled
+
+    def schedule_running(self, budget: int) -> tuple[list[tuple[Request, int]], int]:
+        """The running requests' tokens this step, within ``budget``; the budget left."""
         chunk = self.chunked
+        mem = self.mem
         scheduled: list[tuple[Request, int]] = []
-        for req in self.order_running():
+        order = self.order_running()
+        for req in order if mem is None else list(order):
             if budget <= 0:
                 break
             need = req.num_tokens - req.num_computed_tokens
@@ -97,25 +143,65 @@ class BatchPolicy(TokenPolicy):
                     need = budget
                 elif scheduled:
                     continue
+            if mem is not None:
+                if req.state != RequestState.RUNNING:
+                    continue  # preempted for memory earlier in this round
+                ok, budget = self._grow(req, need, scheduled, budget)
+                if not ok:
+                    continue
             scheduled.append((req, need))
             budget -= need
-        self.admit_waiting(scheduled, budget)
-        return scheduled
+        return scheduled, budget
+
+    def _grow(self, req: Request, need: int, scheduled: list[tuple[Request, int]],
+              budget: int) -> tuple[bool, int]:
+        """Memory for ``need`` more tokens of running ``req``, preempting victims until it fits.
+
+        Returns whether ``req`` still runs, and the budget (a victim already
+        scheduled this step gives its tokens back).
+        """
+        kv = self.ctx.kv
+        total = req.num_computed_tokens + need
+        while not kv.try_allocate(req, total):
+            victim = self.memory_victim()
+            budget += unschedule(scheduled, victim)
+            self.preempt(victim, "kv_full")
+            self._preempted_for_memory = True
+            if victim is req:
+                return False, budget
+        return True, budget
+
+    def preempt(self, req: Request, reason: str = "priority") -> None:
+        """Preempt running ``req``: swap its blocks out (``preemption: swap``) or recompute."""
+        mem = self.mem
+        if mem is not None and mem.swap and mem.swap_out(req):
+            self.running.remove(req)
+            self.ctx.preempted(req, reason)
+            return
+        super().preempt(req, reason)
 
     def admit_waiting(self, scheduled: list[tuple[Request, int]], budget: int) -> int:
-        """Admit from the head of ``ctx.waiting`` into ``scheduled``; return the budget left."""
+        """Admit from the head of ``ctx.waiting`` into ``scheduled``; return the budget left.
+
+        Swapped-out requests come back first (first come, first served).
+        """
         ctx = self.ctx
         waiting = ctx.waiting
         running = self.running
-        p = self.params
+        slots = ctx.slots
+        mem = self.mem
+        if mem is not None and mem.swapped:
+            budget = self._swap_in(scheduled, budget)
+            if mem.swapped:
+                return budget
         while waiting and budget > 0:
             head = waiting[0]
-            if len(running) >= p.max_batch:
+            if slots.count >= slots.capacity:
                 victim = self.victim(head) if self.preemptive else None
                 if victim is None:
                     break
                 budget += unschedule(scheduled, victim)
-                self.preempt(victim)
+                self.preempt(victim, "priority")
                 continue
             need = head.num_tokens - head.num_computed_tokens
             if need > budget:
@@ -123,11 +209,25 @@ class BatchPolicy(TokenPolicy):
                     need = budget
                 elif scheduled:
                     break  # head-of-line: it waits for a step with room
-                elif head.num_output_tokens == 0 and need > p.token_budget:
+                elif head.num_output_tokens == 0 and need > self.params.token_budget:
                     waiting.popleft()
                     ctx.reject(head, "prompt_too_long")
                     continue
                 # else: a preempted request's recompute runs alone, over the budget
+            if mem is not None:
+                if head.first_scheduled is None:
+                    reason = mem.misfit(head)
+                    if reason is not None:
+                        waiting.popleft()
+                        ctx.reject(head, reason)
+                        continue
+                if not mem.admit(head, head.num_computed_tokens + need, bool(running)):
+                    victim = self.victim(head) if self.preemptive else None
+                    if victim is None:
+                        break  # head-of-line: it waits for memory
+                    budget += unschedule(scheduled, victim)
+                    self.preempt(victim, "priority")
+                    continue
             waiting.popleft()
             ctx.admit(head)
             running.append(head)
@@ -135,6 +235,43 @@ class BatchPolicy(TokenPolicy):
             budget -= need
             self.admitted(head)
         return budget
+
+    def _swap_in(self, scheduled: list[tuple[Request, int]], budget: int) -> int:
+        """Bring swapped-out requests back while slots, memory and budget allow."""
+        ctx = self.ctx
+        mem = self.mem
+        assert mem is not None
+        slots = ctx.slots
+        while mem.swapped and budget > 0 and slots.count < slots.capacity:
+            req = mem.swapped[0]
+            need = min(req.num_tokens - req.num_computed_tokens, budget)
+            if not mem.swap_in(req, req.num_computed_tokens + need, bool(self.running)):
+                break
+            ctx.admit(req)
+            self.running.append(req)
+            scheduled.append((req, need))
+            budget -= need
+        return budget
+
+    def complete_step(self, plan: StepPlan, t_start: float, t_end: float) -> None:
+        mem = self.mem
+        if mem is not None:
+            mem.kv.observe(t_start, t_end, plan.num_kv_tokens + plan.num_tokens, mem.blocked)
+        super().complete_step(plan, t_start, t_end)
+
+    def running_requests(self) -> Iterable[Request]:
+        mem = self.mem
+        if mem is None or not mem.swapped:
+            return iter(self.running)
+        return iter([*self.running, *mem.swapped])
+
+    def drop(self, req: Request) -> None:
+        mem = self.mem
+        if mem is not None and req in mem.swapped:
+            mem.swapped.remove(req)
+            mem.kv.discard_swapped(req)
+            return
+        super().drop(req)
 
 
 def unschedule(scheduled: list[tuple[Request, int]], req: Request) -> int:
@@ -174,6 +311,10 @@ class KeyedPolicy(BatchPolicy):
         key = self.key
         worst = max(reversed(self.running), key=key)
         return worst if key(head) < key(worst) else None
+
+    def memory_victim(self) -> Request:
+        """The running request with the largest key (the latest admitted among ties)."""
+        return max(reversed(self.running), key=self.key)
 
 
 class ClassLevels:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from orcasim.policies.base import slots_field
 from orcasim.policies.memory import KVDecodePolicy, KVPolicyParams
 from orcasim.registry import policies
 
@@ -22,7 +23,7 @@ class Continuous(KVDecodePolicy):
     """Admit FCFS at every step boundary while the batch has a free slot."""
 
     class Params(KVPolicyParams):
-        max_batch: int = Field(32, gt=0, description="sequences per step at most")
+        max_batch: int = slots_field(32, "sequences per step at most (batch slots)")
         prefill: bool = Field(False, description="charge each prompt as prefill in its first step")
 
     def admit(self) -> None:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from orcasim.policies.base import PolicyParams
-from orcasim.policies.common import BatchPolicy
+from orcasim.policies.base import slots_field
+from orcasim.policies.common import BatchPolicy, MemoryParams
 from orcasim.registry import policies
 from orcasim.request import Request
 
@@ -23,8 +23,8 @@ from orcasim.request import Request
 class DecodeFirst(BatchPolicy):
     """Decode steps while the batch is busy; refill it with a prompt step once it drains."""
 
-    class Params(PolicyParams):
-        max_batch: int = Field(32, gt=0, description="running sequences at most (max_num_seqs)")
+    class Params(MemoryParams):
+        max_batch: int = slots_field(32)
         token_budget: int = Field(2048, gt=0, description="prompt tokens per prefill step at most")
         refill_below: int = Field(0, ge=0, description="admit new prompts once at most this "
                                   "many requests are running")
@@ -36,4 +36,4 @@ class DecodeFirst(BatchPolicy):
             self.admit_waiting(scheduled, self.params.token_budget)
             if scheduled:
                 return scheduled
-        return [(r, r.num_tokens - r.num_computed_tokens) for r in running]
+        return self.schedule_running(1 << 62)[0]

@@ -15,7 +15,7 @@ Each planning round, in this order:
    priority) is preempted, by ``recompute`` (free its blocks, put it back at
    the head of the queue; it recomputes prompt and generated tokens when it
    runs again) or ``swap`` (copy its blocks to the CPU swap space at PCIe
-   bandwidth, charging that time before the step; it is swapped back in
+   bandwidth, adding that time to the step; it is swapped back in
    before new requests are admitted). Swapping falls back to recompute when the swap space is full.
 2. **swap-in**, first come first served, while the memory fits;
 3. **admission** (the subclass's :meth:`admit`, using :meth:`try_join`):
@@ -43,21 +43,18 @@ from orcasim.context import SchedulerContext
 from orcasim.errors import ScenarioError, SimulationError
 from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
-from orcasim.policies.base import DecodeOnlyPolicy, PolicyParams
-from orcasim.request import Request, RequestState
+from orcasim.policies.base import DecodeOnlyPolicy
+from orcasim.policies.common import MemoryParams
+from orcasim.request import Request
 
 
-class KVPolicyParams(PolicyParams):
+class KVPolicyParams(MemoryParams):
     """Memory options of a decode-only policy (used only with a ``memory`` section)."""
 
     kv_admission: Literal["head_of_line", "skip"] = Field(
         "head_of_line", description="when a request's memory does not fit: stop, or try the next")
-    preemption: Literal["recompute", "swap"] = Field(
-        "recompute", description="how a victim gives its blocks back")
     victim: Literal["last_admitted", "lowest_priority"] = Field(
         "last_admitted", description="which running request is preempted")
-    watermark: float = Field(0.0, ge=0, lt=1, description="share of blocks kept free when "
-                             "admitting (paged), against immediate preemption")
 
 
 class KVDecodePolicy(DecodeOnlyPolicy):
@@ -67,10 +64,12 @@ class KVDecodePolicy(DecodeOnlyPolicy):
 
     def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
-        self.kv = kv = ctx.kv
+        kv = ctx.kv if ctx.kv.limited else None
+        self.kv = kv
         if kv is None:  # unlimited memory: the plain decode-only steps, without a wrapper
             self.next_step = DecodeOnlyPolicy.next_step.__get__(self)  # type: ignore[method-assign]
             self.complete_step = DecodeOnlyPolicy.complete_step.__get__(self)  # type: ignore[method-assign]
+            self.continue_step = DecodeOnlyPolicy.continue_step.__get__(self)  # type: ignore[method-assign]
             return
         p: Any = params
         self.head_of_line = p.kv_admission == "head_of_line"
@@ -94,26 +93,42 @@ class KVDecodePolicy(DecodeOnlyPolicy):
             return (yield from DecodeOnlyPolicy.next_step(self))
         ctx = self.ctx
         batch = self.batch
-        heap = self._grow_heap
         while True:
+            if self._deferred:
+                self._take_deferred()
             ctx.poll_arrivals()
-            secs = self._grow() if heap and heap[0][0] <= batch.num_steps else 0.0
-            self._blocked = False
-            if self._swapped:
-                secs += self._swap_in()
-            if secs:  # the engine copies swapped blocks before it runs the step
-                yield ctx.env.timeout(secs)
-                ctx.poll_arrivals()
+            secs = self._prepare()
             if ctx.waiting and not self._swapped:
                 self.admit()
             if batch.size:
-                return self._plan()
+                plan = self._plan()
+                plan.swap_time = secs
+                return plan
             if not ctx.waiting and not self._swapped and ctx.arrivals_done:
                 return None
             if self._blocked:  # memory held outside the batch (kv.get) may come back
                 yield ctx.arrival | self.kv.freed
             else:
                 yield ctx.arrival
+
+    def _prepare(self) -> float:
+        """Growth, then swap-in, for the next step; seconds of swapping to charge to it."""
+        heap = self._grow_heap
+        secs = self._grow() if heap and heap[0][0] <= self.batch.num_steps else 0.0
+        self._blocked = False
+        if self._swapped:
+            secs += self._swap_in()
+        return secs
+
+    def continue_step(self) -> StepPlan | None:
+        if self._deferred:
+            self._take_deferred()
+        secs = self._prepare()
+        if not self.batch.size:
+            return None
+        plan = self._plan()
+        plan.swap_time = secs
+        return plan
 
     def _plan(self) -> StepPlan:
         batch = self.batch
@@ -127,9 +142,8 @@ class KVDecodePolicy(DecodeOnlyPolicy):
         return StepPlan(batch.size, batch.num_kv_tokens)
 
     def room(self) -> int:
-        """How many more requests the batch may take (``max_batch`` if the policy has one)."""
-        m = getattr(self.params, "max_batch", None)
-        return 1 << 62 if m is None else m - self.batch.size
+        """How many more requests the batch may take (its free batch slots)."""
+        return self.ctx.slots.free
 
     # -- admission ------------------------------------------------------------
     def try_join(self, req: Request) -> bool | None:
@@ -163,7 +177,7 @@ class KVDecodePolicy(DecodeOnlyPolicy):
             return False
         self._miss = None
         if req.num_output_tokens:  # resumes after a recompute preemption
-            kv.num_recomputed_tokens += req.prompt_len + req.num_output_tokens
+            self.ctx.num_recomputed_tokens += req.prompt_len + req.num_output_tokens
         self.join(req)
         return True
 
@@ -266,9 +280,7 @@ class KVDecodePolicy(DecodeOnlyPolicy):
         assert kv is not None
         self.batch.remove(victim)
         victim.last_token = ctx.last_step_end  # it emitted a token in the last step
-        victim.num_preemptions += 1
-        victim.state = RequestState.PREEMPTED
-        kv.num_preemptions += 1
+        ctx.preempted(victim, "kv_full")
         if self.swap:
             secs = kv.swap_out(victim)
             if secs is not None:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from orcasim.policies.base import PolicyParams
-from orcasim.policies.common import BatchPolicy
+from orcasim.policies.base import slots_field
+from orcasim.policies.common import BatchPolicy, MemoryParams
 from orcasim.registry import policies
 from orcasim.request import Request
 
@@ -23,8 +23,8 @@ from orcasim.request import Request
 class PrefillFirst(BatchPolicy):
     """Prompt-only steps whenever a new request can be admitted; decode steps otherwise."""
 
-    class Params(PolicyParams):
-        max_batch: int = Field(32, gt=0, description="running sequences at most (max_num_seqs)")
+    class Params(MemoryParams):
+        max_batch: int = slots_field(32)
         token_budget: int = Field(2048, gt=0, description="prompt tokens per prefill step at most")
 
     def schedule(self) -> list[tuple[Request, int]]:
@@ -33,4 +33,4 @@ class PrefillFirst(BatchPolicy):
             self.admit_waiting(scheduled, self.params.token_budget)
             if scheduled:
                 return scheduled
-        return [(r, r.num_tokens - r.num_computed_tokens) for r in self.running]
+        return self.schedule_running(1 << 62)[0]

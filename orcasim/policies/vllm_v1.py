@@ -43,12 +43,13 @@ import simpy
 from pydantic import Field, model_validator
 
 from orcasim.context import SchedulerContext
-from orcasim.errors import SimulationError
+from orcasim.errors import ScenarioError, SimulationError
 from orcasim.kv.cache_manager import KVCacheManager, cdiv
+from orcasim.kv.manager_face import CacheManagerKV
 from orcasim.plan import StepPlan
 from orcasim.policies.base import PolicyParams, TokenPolicy
 from orcasim.registry import policies
-from orcasim.request import Request, RequestState
+from orcasim.request import Request
 
 WAITING, RUNNING, PREEMPTED = 0, 1, 2
 #: schedule() calls in a row that schedule nothing before a simulated-time run is declared stuck
@@ -158,11 +159,24 @@ class VllmV1(TokenPolicy):
                                  f"max_model_len ({self.max_model_len})")
             return self
 
+    models_kv_memory = True
+
     def __init__(self, params: Params, ctx: SchedulerContext) -> None:
+        pool = ctx.kv if ctx is not None else None
+        if pool is not None and pool.limited:  # a memory section sizes the cache
+            layout = pool.layout
+            if not pool.paged:
+                raise ScenarioError("memory.allocator", f"vllm-v1 allocates paged blocks; "
+                                    f"{layout.allocator!r} is a contiguous reservation")
+            params = params.model_copy(update={"num_blocks": layout.num_blocks + 1,
+                                               "block_size": layout.block_size})
         super().__init__(params, ctx)
         self.kv = KVCacheManager(params.num_blocks, params.block_size,
                                  enable_caching=params.enable_prefix_caching,
                                  max_model_len=params.max_model_len)
+        self.face: CacheManagerKV | None = None
+        if ctx is not None:
+            ctx.kv = self.face = CacheManagerKV(ctx.env, self.kv)
         self.priority = params.policy == "priority"
         self.watermark_blocks = int(params.watermark * params.num_blocks)
         self.seqs: dict[int, _Seq] = {}
@@ -222,14 +236,15 @@ class VllmV1(TokenPolicy):
     # -- one schedule() call -----------------------------------------------------------
     def _preempt(self, req: Request) -> None:
         seq = self.seqs[req.id]
+        self.ctx.preempted(req, "kv_full", recompute=req.num_computed_tokens)
         self.kv.free(req)
         seq.status = PREEMPTED
         seq.num_stale = seq.num_in_flight
         seq.num_placeholders = 0
         req.num_computed_tokens = 0
-        req.num_preemptions += 1
-        req.state = RequestState.PREEMPTED
         self._enqueue_front(req)
+        if self.face is not None:
+            self.face.released()
 
     def _schedule(self) -> StepOutput:
         p = self.params
@@ -376,6 +391,8 @@ class VllmV1(TokenPolicy):
                 kv.free(req)
                 kv.forget(req)
                 finished.append(req)
+                if self.face is not None:
+                    self.face.released()
         if plan is not None:
             plan.num_itl_tokens = bulk
         elif bulk:
@@ -467,6 +484,8 @@ class VllmV1(TokenPolicy):
         assert out is not None and out.plan is plan
         out.t_end = t_end
         out.prev_end = self.ctx.last_step_end
+        if self.face is not None:
+            self.face.observe(t_start, t_end)
         if self._update_at_end:
             self._update_at_end = False
             self._update(out, plan)

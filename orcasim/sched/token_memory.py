@@ -1,0 +1,95 @@
+"""KV memory for token-level policies: allocate as tokens are scheduled, preempt when short.
+
+:class:`TokenMemory` is the mechanism behind every
+:class:`~orcasim.policies.common.BatchPolicy` (``fcfs``, ``priority``,
+``sarathi``, ``sjf``, ...) when the scenario has a ``memory`` section; the
+policies keep only their decisions (the order, the victim). With vLLM's rule:
+
+- a scheduled request holds memory for the tokens it will have computed
+  after the step (``num_computed_tokens + n``): paged, whole blocks taken as
+  it grows; a reservation allocator, its whole region when it is admitted;
+- a running request that cannot get its memory preempts the policy's victim
+  (the last admitted, or the least important), possibly itself, until it fits;
+- a waiting request is admitted only if its memory fits, leaving
+  ``watermark`` x the pool free while others run; otherwise it waits at the
+  head of the queue (and a preemptive policy may preempt a less important
+  running request for it);
+- a victim gives its memory back by ``recompute`` (it computes its tokens
+  again when it runs again) or ``swap`` (its blocks move to the CPU swap
+  space at PCIe bandwidth; the copy time is added to the step that swaps).
+  Swapped requests come back first come first served, before any new
+  admission; swapping falls back to recompute when the swap space is full.
+
+A request whose whole life (prompt plus output) cannot fit in the pool even
+alone is rejected when it reaches the head of the queue
+(``exceeds_kv_capacity``), as is one longer than ``max_model_len``
+(``exceeds_max_model_len``): it could never finish.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from orcasim.errors import ScenarioError
+from orcasim.kv.config import footprint
+from orcasim.request import Request
+
+
+class TokenMemory:
+    """Allocation, watermark, swap space and swap time of one token policy on ``ctx.kv``."""
+
+    def __init__(self, kv: Any, preemption: str, watermark: float) -> None:
+        self.kv = kv
+        self.swap = preemption == "swap"
+        if self.swap and not kv.can_swap:
+            raise ScenarioError("policy.preemption", "swap needs a paged pool, swap_space_gb > 0 "
+                                "and the KV bytes per token (memory.model or bytes_per_token)")
+        self.keep_free = int(watermark * kv.capacity_units) if kv.paged else 0
+        self.swapped: deque[Request] = deque()
+        #: swap-copy seconds to charge to the step being planned
+        self.swap_secs = 0.0
+        #: a request waited for memory while planning this step (free memory was stranded)
+        self.blocked = False
+
+    def misfit(self, req: Request) -> str | None:
+        """Why ``req`` could never finish in this pool, or None."""
+        kv = self.kv
+        if kv.too_long(req):
+            return "exceeds_max_model_len"
+        if kv.paged:
+            need = -(-footprint(req.prompt_len, req.output_len) // kv.block_size)
+        else:
+            need = kv.need(req)
+        return "exceeds_kv_capacity" if need > kv.capacity_units else None
+
+    def admit(self, req: Request, num_tokens: int, others_running: bool) -> bool:
+        """Memory for a waiting ``req`` to compute up to ``num_tokens`` tokens; False if short."""
+        ok: bool = self.kv.try_allocate(req, num_tokens, self.keep_free if others_running else 0)
+        if not ok:
+            self.blocked = True
+        return ok
+
+    def swap_out(self, req: Request) -> bool:
+        """Move ``req``'s blocks to the swap space (True), or False when it is full."""
+        secs = self.kv.swap_out(req)
+        if secs is None:
+            return False
+        self.swap_secs += secs
+        self.swapped.append(req)
+        return True
+
+    def swap_in(self, req: Request, num_tokens: int, others_running: bool) -> bool:
+        """Bring the first swapped request back with room for ``num_tokens``; False if short."""
+        secs = self.kv.swap_in(req, self.keep_free if others_running else 0, num_tokens)
+        if secs is None:
+            self.blocked = True
+            return False
+        self.swapped.popleft()
+        self.swap_secs += secs
+        return True
+
+    def take_swap_time(self) -> float:
+        """Seconds of swapping planned since the last call (charged to the step)."""
+        secs, self.swap_secs = self.swap_secs, 0.0
+        return secs
