@@ -45,6 +45,9 @@ if TYPE_CHECKING:
     from orcasim.policies.base import Policy
     from orcasim.source import OpenLoopSource
 
+RUNNING = RequestState.RUNNING
+FINISHED = RequestState.FINISHED
+
 #: spawn key of the policies' random stream: independent of the workload's ``default_rng(seed)``
 POLICY_RNG_STREAM = 1
 
@@ -195,9 +198,15 @@ class SchedulerContext:
         A request admitted while a step is in flight starts when that step
         ends (its ``first_scheduled`` time).
         """
-        if req.state != RequestState.RUNNING:
-            self.slots.admit(req.label)
-        req.state = RequestState.RUNNING
+        if req.state != RUNNING:
+            slots = self.slots
+            if slots.reserved:
+                slots.reserved -= 1
+            elif slots.count < slots.capacity:
+                slots.count += 1
+            else:
+                slots.admit(req.label)  # raises: no slot is free
+        req.state = RUNNING
         if req.first_scheduled is None:
             now = self.env.now
             req.first_scheduled = now if self.busy_until <= now else self.busy_until
@@ -231,9 +240,12 @@ class SchedulerContext:
 
     def finish(self, req: Request, t: float) -> None:
         """``req`` emitted its last token at ``t``."""
-        if req.state == RequestState.RUNNING:
-            self.slots.release()
-        req.state = RequestState.FINISHED
+        if req.state == RUNNING:
+            slots = self.slots
+            slots.count -= 1
+            if slots._getters or slots._freed is not None:
+                slots.released()
+        req.state = FINISHED
         req.finish = req.last_token = t
         self._ended(req)
 

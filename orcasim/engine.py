@@ -9,7 +9,9 @@ waits, the engine keeps running the batch as it is
 at the first boundary after the event; with nothing running, the engine
 waits for the event itself. The policy's event-driven processes
 (:meth:`~orcasim.policies.base.Policy.processes`) run beside it and change
-the batch at any time. The engine charges each step's latency (plus any KV
+the batch at any time: before each decision, the engine lets every process
+with something to do at that instant run (a process woken by the step's
+``slot_freed`` admits in time for the next step). The engine charges each step's latency (plus any KV
 swap time the plan carries) as one timeout, lets the policy apply the step's
 effects, and records the step. A step is one SimPy event whatever the batch
 size.
@@ -86,17 +88,23 @@ class Engine:
         timeout = simpy.Timeout
         prev_end = 0.0
         empty_run = 0
+        busy = 0.0
         t0 = -1.0  # start of the latest step; a step is in flight while t0 >= prev_end
+        ready = policy.ready_plan
         gen = None  # the policy's decision in progress (its next_step generator)
         ev: simpy.Event | None = None  # the event that decision waits on
         try:
             while True:
                 if gen is None:
-                    gen = policy.next_step()
-                    try:
-                        ev = gen.send(None)
-                    except StopIteration as done:
-                        plan, gen = done.value, None
+                    while env.peek() <= env.now:  # let this instant's processes react first
+                        yield timeout(env, 0.0)
+                    plan = ready() if ready is not None else None
+                    if plan is None:
+                        gen = policy.next_step()
+                        try:
+                            ev = gen.send(None)
+                        except StopIteration as done:
+                            plan, gen = done.value, None
                 else:  # the decision waits on ev: resume it if ev has happened by now
                     while not happened(ev) and env.peek() <= env.now:
                         yield env.timeout(0)  # let events of this instant be processed first
@@ -136,8 +144,7 @@ class Engine:
                 labels = policy.batch_labels(plan) if trace else None
                 yield timeout(env, dt)
                 t1 = env.now
-                self.busy_time += dt
-                ctx.busy_until = t1
+                busy += dt
                 policy.complete_step(plan, t0, t1)
                 ctx.last_step_end = t1
                 if ctx._step_end is not None:
@@ -147,9 +154,10 @@ class Engine:
                 record_step(t0, t1, plan.num_seqs, plan.num_tokens, num_waiting, t1 - prev_end,
                             plan.num_itl_tokens)
                 prev_end = t1
+                self.busy_time = busy
         except simpy.Interrupt as stop:
             if t0 >= prev_end:  # the step in flight is lost, but the GPU was busy with it
-                self.busy_time += env.now - t0
+                self.busy_time = busy + env.now - t0
             ctx.busy_until = env.now
             self._abort_all(str(stop.cause))
 

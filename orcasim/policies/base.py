@@ -23,7 +23,7 @@ context.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from typing import Any, ClassVar
 
 import simpy
@@ -33,7 +33,9 @@ from orcasim.batch import DecodeBatch
 from orcasim.context import SchedulerContext
 from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
-from orcasim.request import Request
+from orcasim.request import Request, RequestState
+
+RUNNING = RequestState.RUNNING
 
 
 class PolicyParams(ComponentParams):
@@ -69,6 +71,10 @@ class Policy:
     def next_step(self) -> Generator[simpy.Event, Any, StepPlan | None]:
         """Wait as needed, then return the next step's plan (``None``: no more work)."""
         raise NotImplementedError
+
+    #: optional fast path: ``() -> StepPlan | None``, the next plan when one is ready without
+    #: waiting (``None``: ask :meth:`next_step`); saves a generator per step in hot loops
+    ready_plan: Callable[[], StepPlan | None] | None = None
 
     def continue_step(self) -> StepPlan | None:
         """The next step of the running batch as it is, with no admission (``None``: nothing).
@@ -165,10 +171,33 @@ class DecodeOnlyPolicy(Policy):
             if ctx.waiting:
                 self.admit()
             if batch.size:
-                return self._decode_plan()
+                joined = self._joined
+                if self.prefill and joined:
+                    fresh = sum(r.prompt_len + r.num_output_tokens for r in joined)
+                    return StepPlan(batch.size, batch.num_kv_tokens - fresh, fresh,
+                                    batch.size - len(joined))
+                return StepPlan(batch.size, batch.num_kv_tokens)
             if not ctx.waiting and ctx.arrivals_done:
                 return None
             yield ctx.arrival | ctx.admitted if self._listens else ctx.arrival
+
+    def ready_plan(self) -> StepPlan | None:  # type: ignore[override]
+        """:meth:`next_step` without the wait: the plan if the batch is not empty, else None."""
+        if self._deferred:
+            self._take_deferred()
+        ctx = self.ctx
+        ctx.poll_arrivals()
+        if ctx.waiting:
+            self.admit()
+        batch = self.batch
+        if batch.size:
+            joined = self._joined
+            if self.prefill and joined:
+                fresh = sum(r.prompt_len + r.num_output_tokens for r in joined)
+                return StepPlan(batch.size, batch.num_kv_tokens - fresh, fresh,
+                                batch.size - len(joined))
+            return StepPlan(batch.size, batch.num_kv_tokens)
+        return None
 
     def _decode_plan(self) -> StepPlan:
         batch = self.batch
@@ -284,6 +313,8 @@ class TokenPolicy(Policy):
         bulk = 0
         finished: list[Request] = []
         for req, n in plan.scheduled or ():
+            if req.state != RUNNING:
+                continue  # preempted or aborted while the step ran: its part is lost
             req.num_computed_tokens += n
             if req.num_computed_tokens >= req.num_tokens:
                 if req.num_output_tokens == 0:

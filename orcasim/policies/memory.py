@@ -66,6 +66,8 @@ class KVDecodePolicy(DecodeOnlyPolicy):
         super().__init__(params, ctx)
         kv = ctx.kv if ctx.kv.limited else None
         self.kv = kv
+        if kv is not None:
+            self.ready_plan = None  # type: ignore[assignment]
         if kv is None:  # unlimited memory: the plain decode-only steps, without a wrapper
             self.next_step = DecodeOnlyPolicy.next_step.__get__(self)  # type: ignore[method-assign]
             self.complete_step = DecodeOnlyPolicy.complete_step.__get__(self)  # type: ignore[method-assign]

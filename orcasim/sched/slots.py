@@ -116,6 +116,10 @@ class SlotPool:
     def release(self) -> None:
         """A running request gave its slot back: serve a waiting request, then fire ``freed``."""
         self.count -= 1
+        self.released()
+
+    def released(self) -> None:
+        """After ``count`` went down: serve a waiting slot request, then fire ``freed``."""
         if self._getters:
             self._serve()
         ev = self._freed
