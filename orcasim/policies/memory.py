@@ -178,8 +178,6 @@ class KVDecodePolicy(DecodeOnlyPolicy):
             self._miss = None if kv.has_getters else (req, kv.num_releases, kv.free_units, keep)
             return False
         self._miss = None
-        if req.num_output_tokens:  # resumes after a recompute preemption
-            self.ctx.num_recomputed_tokens += req.prompt_len + req.num_output_tokens
         self.join(req)
         return True
 
@@ -282,12 +280,15 @@ class KVDecodePolicy(DecodeOnlyPolicy):
         assert kv is not None
         self.batch.remove(victim)
         victim.last_token = ctx.last_step_end  # it emitted a token in the last step
-        ctx.preempted(victim, "kv_full")
         if self.swap:
             secs = kv.swap_out(victim)
             if secs is not None:
+                ctx.preempted(victim, "kv_full")
                 self._swapped.append(victim)
                 return secs
+        # it loses the KV of its prompt and of every generated token but the newest
+        ctx.preempted(victim, "kv_full",
+                      recompute=max(victim.prompt_len, 1) + victim.num_output_tokens - 1)
         kv.release(victim)
         ctx.waiting.appendleft(victim)
         return 0.0
