@@ -38,5 +38,6 @@ class SJF(KeyedPolicy):
         return (self.predict(req), req.arrival)
 
     def release(self, req: Request) -> None:
+        super().release(req)
         if req.num_output_tokens >= req.output_len:
             self.predict.forget(req)
