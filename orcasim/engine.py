@@ -11,10 +11,10 @@ waits for the event itself. The policy's event-driven processes
 (:meth:`~orcasim.policies.base.Policy.processes`) run beside it and change
 the batch at any time: before each decision, the engine lets every process
 with something to do at that instant run (a process woken by the step's
-``slot_freed`` admits in time for the next step). The engine charges each step's latency (plus any KV
-swap time the plan carries) as one timeout, lets the policy apply the step's
-effects, and records the step. A step is one SimPy event whatever the batch
-size.
+``slot_freed`` admits in time for the next step). The engine charges each
+step's latency (plus any KV swap time the plan carries) as one timeout, lets
+the policy apply the step's effects, and records the step. A step is one
+SimPy event whatever the batch size.
 
 A hard stop (:meth:`Engine.stop`) interrupts the process, in a step or while
 the policy waits: the step in flight is lost, every running and waiting

@@ -133,7 +133,7 @@ class Scenario:
         self.raw = copy.deepcopy(raw)  # with the overrides applied
         try:
             for path, value in self.overrides:
-                set_path(self.raw, path, value)
+                set_path(self.raw, path, copy.deepcopy(value))  # never share an override
             self.model: ScenarioModel = validate_params(ScenarioModel, self.raw, "")  # type: ignore[assignment]
             self.variants: list[VariantConfig] = self._resolve()
         except ScenarioError as err:

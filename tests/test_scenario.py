@@ -122,3 +122,12 @@ def test_scenario_without_variants_runs_its_policy(tmp_path):
     assert sc.variant_names == ["continuous"]
     res = orcasim.simulate(sc)
     assert res.summary["continuous"]["num_finished"] == 10
+
+
+def test_an_override_never_changes_the_scenario_it_came_from():
+    sc = orcasim.load_scenario("seed_orca").override({"variants": {
+        "a": {"policy": {"type": "fcfs"}}, "b": {"policy": {"type": "sjf"}}}})
+    other = sc.override({"variants.a.policy": {"type": "srpt"}})
+    assert [v.policy.type for v in other.variants] == ["srpt", "sjf"]
+    assert [v.policy.type for v in sc.variants] == ["fcfs", "sjf"]
+    assert [v.policy.type for v in sc.override({}).variants] == ["fcfs", "sjf"]

@@ -23,6 +23,7 @@ and :class:`LengthPredictor` (true or noisy output lengths).
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Generator, Iterable
 from typing import Any, ClassVar, Literal
@@ -183,18 +184,23 @@ class BatchPolicy(TokenPolicy):
     def admit_waiting(self, scheduled: list[tuple[Request, int]], budget: int) -> int:
         """Admit from the head of ``ctx.waiting`` into ``scheduled``; return the budget left.
 
-        Swapped-out requests come back first (first come, first served).
+        Swapped-out requests come back before the head of the queue when
+        :meth:`swap_first` says so (by default always: first come, first served).
         """
         ctx = self.ctx
         waiting = ctx.waiting
         running = self.running
         slots = ctx.slots
         mem = self.mem
-        if mem is not None and mem.swapped:
-            budget = self._swap_in(scheduled, budget)
-            if mem.swapped:
-                return budget
-        while waiting and budget > 0:
+        swapped = mem.swapped if mem is not None else ()
+        while budget > 0:
+            if swapped and (not waiting or self.swap_first(swapped[0], waiting[0])):
+                if slots.count >= slots.capacity or not self._swap_in(scheduled, budget):
+                    break  # head-of-line: the swapped request waits for a slot or memory
+                budget -= scheduled[-1][1]
+                continue
+            if not waiting:
+                break
             head = waiting[0]
             if slots.count >= slots.capacity:
                 victim = self.victim(head) if self.preemptive else None
@@ -236,22 +242,22 @@ class BatchPolicy(TokenPolicy):
             self.admitted(head)
         return budget
 
-    def _swap_in(self, scheduled: list[tuple[Request, int]], budget: int) -> int:
-        """Bring swapped-out requests back while slots, memory and budget allow."""
-        ctx = self.ctx
+    def swap_first(self, swapped: Request, head: Request) -> bool:
+        """Whether the first swapped-out request comes back before the queue's ``head``."""
+        return True
+
+    def _swap_in(self, scheduled: list[tuple[Request, int]], budget: int) -> bool:
+        """Bring the first swapped-out request back if memory allows; False if it must wait."""
         mem = self.mem
         assert mem is not None
-        slots = ctx.slots
-        while mem.swapped and budget > 0 and slots.count < slots.capacity:
-            req = mem.swapped[0]
-            need = min(req.num_tokens - req.num_computed_tokens, budget)
-            if not mem.swap_in(req, req.num_computed_tokens + need, bool(self.running)):
-                break
-            ctx.admit(req)
-            self.running.append(req)
-            scheduled.append((req, need))
-            budget -= need
-        return budget
+        req = mem.swapped[0]
+        need = min(req.num_tokens - req.num_computed_tokens, budget)
+        if not mem.swap_in(req, req.num_computed_tokens + need, bool(self.running)):
+            return False
+        self.ctx.admit(req)
+        self.running.append(req)
+        scheduled.append((req, need))
+        return True
 
     def complete_step(self, plan: StepPlan, t_start: float, t_end: float) -> None:
         mem = self.mem
@@ -315,6 +321,18 @@ class KeyedPolicy(BatchPolicy):
     def memory_victim(self) -> Request:
         """The running request with the largest key (the latest admitted among ties)."""
         return max(reversed(self.running), key=self.key)
+
+    def swap_first(self, swapped: Request, head: Request) -> bool:
+        """A swapped-out request comes back before ``head`` unless ``head`` has a smaller key."""
+        return not self.key(head) < self.key(swapped)
+
+    def preempt(self, req: Request, reason: str = "priority") -> None:
+        super().preempt(req, reason)
+        mem = self.mem
+        if mem is not None and mem.swapped and mem.swapped[-1] is req:
+            mem.swapped.pop()  # keep the swapped requests in key order
+            keys = [self.key(r) for r in mem.swapped]
+            mem.swapped.insert(bisect.bisect_right(keys, self.key(req)), req)
 
 
 class ClassLevels:
