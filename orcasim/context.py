@@ -36,10 +36,11 @@ import numpy as np
 import simpy
 
 from orcasim.kv.unlimited import UnlimitedKV
-from orcasim.request import Request, RequestState
+from orcasim.request import FINAL_STATES, Request, RequestState
 from orcasim.sched.slots import SlotPool
 
 if TYPE_CHECKING:
+    from orcasim.clients import Clients
     from orcasim.kv.pool import KVPool
     from orcasim.metrics.recorder import Recorder
     from orcasim.policies.base import Policy
@@ -81,6 +82,8 @@ class SchedulerContext:
         self.gate: Callable[[Request], str | None] | None = None
         self.last_step_end = 0.0  # end time of the engine's most recent step
         self.num_started = 0  # requests that have been scheduled at least once
+        #: follows requests whose clients may give up (:class:`~orcasim.clients.Clients`)
+        self.clients: Clients | None = None
         #: called with each request as it reaches its final state (closed-loop sources)
         self.on_end: Callable[[Request], None] | None = None
         self._arrival: simpy.Event | None = None
@@ -188,6 +191,8 @@ class SchedulerContext:
                     self._fire(ev)
                 return
         self.waiting.append(req)
+        if self.clients is not None:
+            self.clients.watch(req)
         ev, self._arrival = self._arrival, None
         self._fire(ev)
 
@@ -264,6 +269,18 @@ class SchedulerContext:
         self._ended(req)
         if was_running:
             self.slots.release()
+
+    def cancel(self, req: Request, reason: str) -> None:
+        """Abort ``req`` wherever it is (queue, batch, swap space), freeing its slot and memory.
+
+        A request cancelled while a step of it is in flight loses that step's
+        part. Nothing happens to a request already in a final state.
+        """
+        if req.state in FINAL_STATES:
+            return
+        assert self.policy is not None
+        self.policy.cancel(req)
+        self.abort(req, reason)
 
     def _ended(self, req: Request) -> None:
         self.recorder.record_request(req)

@@ -55,6 +55,7 @@ class Request:
         "num_output_tokens",
         "num_preemptions",
         "output_len",
+        "patience",
         "prefix_id",
         "prefix_len",
         "priority",
@@ -64,6 +65,7 @@ class Request:
         "slot",
         "state",
         "tenant",
+        "timeout",
     )
 
     #: attributes a workload may set per request (see ``WorkloadArrays.attrs``)
@@ -80,6 +82,8 @@ class Request:
         "hash_ids",
         "hash_block_size",
         "session",
+        "patience",
+        "timeout",
     )
 
     def __init__(
@@ -109,6 +113,8 @@ class Request:
         self.hash_ids: list[int] | None = None  # content ids of the prompt's hash blocks
         self.hash_block_size = 0  # tokens per hash_ids entry
         self.session: str | None = None  # multi-turn conversation id
+        self.patience: float | None = None  # the client gives up without a first token by then
+        self.timeout: float | None = None  # the client gives up without the end by then
         self.state = RequestState.WAITING
         self.reason: str | None = None
         self.num_output_tokens = 0

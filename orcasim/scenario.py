@@ -22,6 +22,7 @@ import yaml
 from pydantic import Field, model_validator
 
 from orcasim import registry
+from orcasim.clients import ClientOptions
 from orcasim.control import ControlEvent
 from orcasim.errors import ScenarioError
 from orcasim.experiments.options import SweepOptions
@@ -78,6 +79,7 @@ class ScenarioModel(ComponentParams):
     engine: EngineOptions = Field(default_factory=EngineOptions)
     policy: Any
     memory: MemoryOptions | None = None  # KV memory limit; none: unlimited
+    clients: ClientOptions | None = None  # client patience and timeouts for every request
     metrics: MetricsOptions = Field(default_factory=MetricsOptions)
     output: OutputOptions = Field(default_factory=OutputOptions)
     admission: list[Any] = Field(default_factory=list)
@@ -101,6 +103,7 @@ class VariantConfig:
     admission: tuple[Spec, ...] = ()
     events: tuple[ControlEvent, ...] = ()
     memory: MemoryOptions | None = None
+    clients: ClientOptions | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved configuration, every default filled in."""
@@ -115,6 +118,8 @@ class VariantConfig:
         }
         if self.memory is not None:
             out["memory"] = self.memory.model_dump()
+        if self.clients is not None:
+            out["clients"] = self.clients.model_dump()
         return out
 
 
@@ -215,6 +220,7 @@ def _variant(name: str, raw: dict[str, Any], where: str) -> VariantConfig:
                             for i, a in enumerate(model.admission)),
             events=tuple(model.events),
             memory=model.memory,
+            clients=model.clients,
         )
     except ScenarioError as err:
         raise ScenarioError(f"{where}{err.field}" if where else err.field, err.message) from None

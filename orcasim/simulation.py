@@ -59,6 +59,10 @@ def run_variant(
                                 "memory (remove the memory section, or use a built-in policy)")
     policy = cfg.policy.create(ctx)
     ctx.policy = policy
+    if cfg.clients is not None or "patience" in arrays.attrs or "timeout" in arrays.attrs:
+        from orcasim.clients import Clients
+
+        ctx.clients = Clients(ctx, cfg.clients)
     latency = cfg.latency.create()
     if cfg.admission or cfg.events:
         ctx.gate = Gate(make_controllers(cfg, ctx),

@@ -78,6 +78,7 @@ def scenario(policy: str, memory: str, admission: str, preemption: str) -> orcas
         "policy": pol,
         "admission": ADMISSION[admission],
         "events": [{"type": "hard_stop", "at": 3.0}],
+        "clients": {"patience": 0.4, "timeout": 1.0},
     }
     if MEMORY[memory] is not None:
         sc["memory"] = {"num_blocks": 24, "block_size": 4, "max_model_len": 80,

@@ -103,6 +103,16 @@ class Policy:
         """Take running ``req`` out of the batch (before an abort); free what it holds."""
         raise NotImplementedError
 
+    def cancel(self, req: Request) -> None:
+        """Take ``req`` out wherever it is, freeing its slot and memory (it is then aborted).
+
+        The default: out of ``ctx.waiting`` if it is queued, else :meth:`drop`.
+        """
+        try:
+            self.ctx.waiting.remove(req)
+        except ValueError:
+            self.drop(req)
+
     def summary_metrics(self) -> dict[str, float]:
         """Policy-specific metrics added to the run's summary (e.g. prefix-cache hits)."""
         return {}

@@ -426,6 +426,22 @@ class VllmV1(TokenPolicy):
         out.plan = plan
         return plan
 
+    def cancel(self, req: Request) -> None:
+        """Out of the queue or the batch, blocks freed; a step of it in flight is ignored."""
+        seq = self.seqs.pop(req.id, None)
+        if req in self.running:
+            self.running.remove(req)
+        else:
+            try:
+                self.ctx.waiting.remove(req)
+            except ValueError:
+                pass
+        if seq is not None:
+            self.kv.free(req)
+            self.kv.forget(req)
+            if self.face is not None:
+                self.face.released()
+
     def summary_metrics(self) -> dict[str, float]:
         """Prefix-cache hits at first admission (re-admissions after preemption excluded)."""
         total = self.num_prompt_tokens_admitted

@@ -23,6 +23,10 @@ class RequestSpec(ComponentParams):
     deadline: float | None = Field(None, gt=0, description="latency target, s after arrival")
     prefix_id: str | None = Field(None, description="requests with the same id share a prefix")
     prefix_len: int = Field(0, ge=0, description="tokens of the shared prefix")
+    patience: float | None = Field(None, gt=0, description="the client gives up without a "
+                                   "first token this many seconds after arrival")
+    timeout: float | None = Field(None, gt=0, description="the client gives up if the request "
+                                  "has not finished this many seconds after arrival")
 
 
 @workloads.register("list")
@@ -38,7 +42,8 @@ class ListWorkload(Workload):
             "name": [r.name if r.name is not None else str(i) for i, r in enumerate(reqs)],
             "priority": [r.priority for r in reqs],
         }
-        for key in ("cls", "tenant", "deadline", "prefix_id", "prefix_len"):
+        for key in ("cls", "tenant", "deadline", "prefix_id", "prefix_len", "patience",
+                    "timeout"):
             col = [getattr(r, key) for r in reqs]
             if any(v not in (None, 0) for v in col):
                 attrs[key] = col
