@@ -131,3 +131,22 @@ def test_an_override_never_changes_the_scenario_it_came_from():
     assert [v.policy.type for v in other.variants] == ["srpt", "sjf"]
     assert [v.policy.type for v in sc.variants] == ["fcfs", "sjf"]
     assert [v.policy.type for v in sc.override({}).variants] == ["fcfs", "sjf"]
+
+
+def test_samples_and_beams_are_refused_rather_than_ignored():
+    wl = {"type": "synthetic", "num_requests": 4, "arrival": {"type": "poisson", "rate": 1},
+          "prompt_len": {"type": "fixed", "value": 3}, "output_len": {"type": "fixed", "value": 3}}
+    for field, what in (("n", "parallel sampling"), ("beam_width", "beam search")):
+        with pytest.raises(ScenarioError, match=rf"workload.classes.0.{field}: .*{what}"):
+            orcasim.Scenario({"workload": {**wl, "classes": [{"name": "a", field: 2}]},
+                              "policy": "fcfs"})
+
+
+@pytest.mark.parametrize("policy", ["static", "continuous", "fcfs", "sarathi", "priority"])
+def test_max_num_seqs_is_the_batch_limit_under_either_name(policy):
+    sc = orcasim.load_scenario().override({"workload.num_requests": 60})
+    a = sc.override({"policy": {"type": policy, "max_num_seqs": 4}, "variants": None})
+    b = sc.override({"policy": {"type": policy, "max_batch": 4}, "variants": None})
+    sa = next(iter(orcasim.simulate(a).values())).summary
+    sb = next(iter(orcasim.simulate(b).values())).summary
+    assert sa == sb and sa["mean_batch_size"] <= 4

@@ -206,7 +206,7 @@ def test_request_classes_on_a_trace(tmp_path):
           max_requests: 400
           classes:
             - {name: interactive, weight: 3, priority: 0, deadline: 2.0, tenant: a}
-            - {name: batch, weight: 1, priority: 1, n: 2, prefix_id: sys, prefix_len: 100}"""))
+            - {name: batch, weight: 1, priority: 1, prefix_id: sys, prefix_len: 100}"""))
     arrays = generate_workload(sc.variants[0])
     base = load_trace("azure_code").prompt_len[:400]
     cls = np.array(arrays.attrs["cls"])
@@ -215,7 +215,6 @@ def test_request_classes_on_a_trace(tmp_path):
     batch = cls == "batch"
     assert arrays.prompt_len.tolist() == (base + 100 * batch).tolist()
     assert arrays.attrs["deadline"] == [None if b else 2.0 for b in batch]
-    assert arrays.attrs["n"] == [2 if b else 1 for b in batch]
     assert arrays.attrs["priority"] == [1 if b else 0 for b in batch]
     res = orcasim.simulate(sc)
     df = res.requests

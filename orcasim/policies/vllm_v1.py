@@ -431,11 +431,8 @@ class VllmV1(TokenPolicy):
         seq = self.seqs.pop(req.id, None)
         if req in self.running:
             self.running.remove(req)
-        else:
-            try:
-                self.ctx.waiting.remove(req)
-            except ValueError:
-                pass
+        elif req in self.ctx.waiting:
+            self.ctx.waiting.remove(req)
         if seq is not None:
             self.kv.free(req)
             self.kv.forget(req)

@@ -28,11 +28,23 @@ class RequestClass(ComponentParams):
     priority: int = Field(0, description="lower is served first by priority policies")
     tenant: str | None = None
     deadline: float | None = Field(None, gt=0, description="latency target, s after arrival")
-    n: int = Field(1, ge=1, description="parallel samples per request")
-    beam_width: int = Field(1, ge=1)
+    n: int = Field(1, ge=1, description="parallel samples per request (only 1 is simulated)")
+    beam_width: int = Field(1, ge=1, description="beams per request (only 1 is simulated)")
     prefix_id: str | None = Field(None, description="requests with this id share a prefix")
     prefix_len: int = Field(0, ge=0, description="tokens of the shared prefix, added to "
                             "the front of each prompt")
+
+
+    @field_validator("n", "beam_width")
+    @classmethod
+    def _one_sequence(cls, v: int, info: Any) -> int:
+        if v != 1:
+            what = "parallel sampling (n > 1)" if info.field_name == "n" else \
+                "beam search (beam_width > 1)"
+            raise ValueError(f"{what} is not simulated by the schedulers, which decode one "
+                             "sequence per request; its KV sharing is modelled by "
+                             "python -m orcasim.studies.sharing")
+        return v
 
 
 class ClassesField(ComponentParams):
