@@ -91,12 +91,14 @@ class Engine:
         busy = 0.0
         t0 = -1.0  # start of the latest step; a step is in flight while t0 >= prev_end
         ready = policy.ready_plan
+        queue = env._queue
         gen = None  # the policy's decision in progress (its next_step generator)
         ev: simpy.Event | None = None  # the event that decision waits on
         try:
             while True:
                 if gen is None:
-                    while env.peek() <= env.now:  # let this instant's processes react first
+                    # let this instant's processes react first (SimPy's queue, read directly)
+                    while queue and queue[0][0] <= env._now:
                         yield timeout(env, 0.0)
                     plan = ready() if ready is not None else None
                     if plan is None:

@@ -266,10 +266,12 @@ def test_series_bins_stay_uniform_across_flushes():
     assert rows["t_start"].tolist() == [0, 16, 32, 48, 64] and rows["t_end"][-1] == 65
     assert rows["batch_size"].tolist() == [2.0] * 5
     assert float(np.dot(rows["num_waiting"], rows["busy"])) == sum(13 * k for k in range(5))
-    kv = KVSeries(capacity=4)
+    kv = KVSeries(capacity=4, total=20)
     for i in range(10):
-        kv.add(float(i), i + 1.0, i, 10, 0, 0, 0, 0, 0)
+        kv.add(float(i), i + 1.0, i, 10, 0, 0, 0, i % 2 == 1)
     rows = kv.rows()
     assert kv.width == 4 and rows["num_steps"].tolist() == [4, 4, 2]
     assert rows["tokens"].tolist() == [1.5, 5.5, 8.5]
+    assert rows["free"].tolist() == [10.0, 10.0, 10.0]
+    assert rows["stranded"].tolist() == [5.0, 5.0, 5.0]  # free in every other step
     assert kv.totals()["tokens_dt"] == sum(range(10))

@@ -76,7 +76,7 @@ class KVPool:
         self.swap_time = 0.0
         self.series: KVSeries | None = None
         if recorder is not None:
-            self.series = recorder.kv = KVSeries(recorder.series.capacity)
+            self.series = recorder.kv = KVSeries(recorder.series.capacity, self.capacity)
 
     @classmethod
     def from_options(cls, env: simpy.Environment, opts: MemoryOptions,
@@ -279,15 +279,15 @@ class KVPool:
         so the free memory was stranded (external fragmentation, with the
         allocator's padding).
         """
-        if self.series is None:
+        series = self.series
+        if series is None:
             return
         a = self.alloc
         alloc = a.allocated_slots
         if alloc > self.peak_allocated:
             self.peak_allocated = alloc
-        free = self.capacity - alloc
-        self.series.add(t_start, t_end, num_tokens, alloc, a.internal_slots, a.padding_slots,
-                        free, free if blocked else 0, self.num_swap_blocks_used * self.block_size)
+        series.add(t_start, t_end, num_tokens, alloc, a.internal_slots, a.padding_slots,
+                   self.num_swap_blocks_used * self.block_size, blocked)
 
     def summary(self) -> dict[str, Any]:
         """Memory metrics for the run summary (see docs/memory.md)."""

@@ -22,32 +22,38 @@ _BUFFER = 4096
 class KVSeries(BinnedSeries):
     """Per-step KV memory rows (token slots), bounded to ``capacity`` rows by merging pairs."""
 
-    def __init__(self, capacity: int = 4096) -> None:
+    def __init__(self, capacity: int = 4096, total: int = 0) -> None:
         super().__init__(VALUES, capacity)
-        self._buf: list[tuple[float, ...]] = []
+        #: slots of the whole pool (free = total - allocated)
+        self.total = total
+        #: raw rows ``(t_start, t_end, tokens, allocated, internal, padding, swapped, blocked)``
+        self.buf: list[tuple[float, ...]] = []
 
     def add(self, t_start: float, t_end: float, tokens: int, allocated: int, internal: int,
-            padding: int, free: int, stranded: int, swapped: int) -> None:
-        """One step's memory state (hot path: appends a tuple)."""
-        buf = self._buf
-        buf.append((t_start, t_end, tokens, allocated, internal, padding, free, stranded,
-                    swapped))
+            padding: int, swapped: int, blocked: bool) -> None:
+        """One step's memory state (``blocked``: free memory was stranded this step)."""
+        buf = self.buf
+        buf.append((t_start, t_end, tokens, allocated, internal, padding, swapped, blocked))
         if len(buf) >= _BUFFER:
-            self._flush()
+            self.flush()
 
-    def _flush(self) -> None:
-        if not self._buf:
+    def flush(self) -> None:
+        """Turn the raw rows into binned columns (free and stranded computed here)."""
+        if not self.buf:
             return
-        a = np.array(self._buf, dtype=np.float64)
-        self._buf = []
-        self.add_columns(a[:, 0], a[:, 1], [a[:, 2 + i] for i in range(len(VALUES))])
+        a = np.array(self.buf, dtype=np.float64)
+        self.buf = []
+        free = self.total - a[:, 3]
+        stranded = np.where(a[:, 7] > 0, free, 0.0)
+        cols = [a[:, 2], a[:, 3], a[:, 4], a[:, 5], free, stranded, a[:, 6]]
+        self.add_columns(a[:, 0], a[:, 1], cols)
 
     def totals(self) -> dict[str, float]:
         """Sums over the run: ``busy`` seconds and each ``<value>_dt`` integral."""
-        self._flush()
+        self.flush()
         return super().totals()
 
     def rows(self) -> dict[str, np.ndarray]:
         """All rows, oldest first: span, steps, busy time and time-weighted mean slots per row."""
-        self._flush()
+        self.flush()
         return super().rows()

@@ -31,7 +31,6 @@ ends with a :class:`~orcasim.errors.SimulationError` saying so.
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 from collections.abc import Generator
 from typing import Any, ClassVar, Literal
@@ -46,6 +45,7 @@ from orcasim.plan import StepPlan
 from orcasim.policies.base import DecodeOnlyPolicy
 from orcasim.policies.common import MemoryParams
 from orcasim.request import Request
+from orcasim.sched.decode_growth import DecodeGrowth
 
 
 class KVPolicyParams(MemoryParams):
@@ -66,8 +66,7 @@ class KVDecodePolicy(DecodeOnlyPolicy):
         super().__init__(params, ctx)
         kv = ctx.kv if ctx.kv.limited else None
         self.kv = kv
-        if kv is not None:
-            self.ready_plan = None  # type: ignore[assignment]
+        self.growth: DecodeGrowth | None = None
         if kv is None:  # unlimited memory: the plain decode-only steps, without a wrapper
             self.next_step = DecodeOnlyPolicy.next_step.__get__(self)  # type: ignore[method-assign]
             self.complete_step = DecodeOnlyPolicy.complete_step.__get__(self)  # type: ignore[method-assign]
@@ -81,7 +80,8 @@ class KVDecodePolicy(DecodeOnlyPolicy):
             raise ScenarioError("policy.preemption", "swap needs a paged pool, swap_space_gb > 0 "
                                 "and the KV bytes per token (memory.model or bytes_per_token)")
         self.keep_free = int(p.watermark * kv.capacity_units) if kv.paged else 0
-        self._grow_heap: list[tuple[int, int, Request]] = []
+        if kv.paged:
+            self.growth = DecodeGrowth(kv.alloc)
         self._swapped: deque[Request] = deque()
         self._swapped_in: list[Request] = []
         self._blocked = False  # a request waited for memory this round
@@ -96,8 +96,6 @@ class KVDecodePolicy(DecodeOnlyPolicy):
         ctx = self.ctx
         batch = self.batch
         while True:
-            if self._deferred:
-                self._take_deferred()
             ctx.poll_arrivals()
             secs = self._prepare()
             if ctx.waiting and not self._swapped:
@@ -113,18 +111,42 @@ class KVDecodePolicy(DecodeOnlyPolicy):
             else:
                 yield ctx.arrival
 
+    def ready_plan(self) -> StepPlan | None:  # type: ignore[override]
+        """:meth:`next_step` without the wait (the engine's fast path): the plan, or None."""
+        if self.kv is None:
+            return DecodeOnlyPolicy.ready_plan(self)
+        ctx = self.ctx
+        ctx.poll_arrivals()
+        secs = self._grow() if self.growth is not None else 0.0
+        if self._deferred:  # joined during the last step; after growth (see DecodeGrowth.join)
+            self._take_deferred()
+        self._blocked = False
+        if self._swapped:
+            secs += self._swap_in()
+        slots = ctx.slots
+        if ctx.waiting and not self._swapped and slots.count < slots.capacity:
+            self.admit()
+        batch = self.batch
+        if not batch.size:
+            return None
+        if self.prefill and self._joined:
+            plan = self._plan()
+        else:
+            plan = StepPlan(batch.size, batch.num_kv_tokens)
+        plan.swap_time = secs
+        return plan
+
     def _prepare(self) -> float:
         """Growth, then swap-in, for the next step; seconds of swapping to charge to it."""
-        heap = self._grow_heap
-        secs = self._grow() if heap and heap[0][0] <= self.batch.num_steps else 0.0
+        secs = self._grow() if self.growth is not None else 0.0
+        if self._deferred:  # joined during the last step; after growth (see DecodeGrowth.join)
+            self._take_deferred()
         self._blocked = False
         if self._swapped:
             secs += self._swap_in()
         return secs
 
     def continue_step(self) -> StepPlan | None:
-        if self._deferred:
-            self._take_deferred()
         secs = self._prepare()
         if not self.batch.size:
             return None
@@ -207,50 +229,40 @@ class KVDecodePolicy(DecodeOnlyPolicy):
 
     def join(self, req: Request) -> None:
         super().join(req)
-        if self.kv is not None and self.kv.paged:
-            self._schedule_growth(req)
+        growth = self.growth
+        if growth is not None and req._batch_seq >= 0:
+            batch = self.batch
+            growth.join(req, batch.num_steps, max(req.prompt_len, 1) + req.num_output_tokens)
+
+    def _take_deferred(self) -> None:
+        deferred = self._deferred
+        super()._take_deferred()
+        growth = self.growth
+        if growth is not None:
+            step = self.batch.num_steps
+            for req in deferred:
+                growth.join(req, step, max(req.prompt_len, 1) + req.num_output_tokens)
 
     # -- growth and preemption ------------------------------------------------
-    def _schedule_growth(self, req: Request) -> None:
-        """Push the step at which ``req`` needs its next block, if it ever does."""
-        kv = self.kv
-        batch = self.batch
-        known = max(req.prompt_len, 1) + batch.output_tokens(req)
-        held = kv.alloc.held_slots(req)  # type: ignore[union-attr]
-        last = max(req.prompt_len, 1) + req.output_len - 1  # known tokens at its last step
-        if held < last:
-            heapq.heappush(self._grow_heap,
-                           (batch.num_steps + held + 1 - known, req._batch_seq, req))
-
     def _grow(self) -> float:
         """Give due members their next block, preempting as needed; seconds of swapping."""
-        batch = self.batch
-        kv = self.kv
-        assert kv is not None
-        heap = self._grow_heap
-        step = batch.num_steps
-        due = []
-        while heap and heap[0][0] <= step:
-            _, seq, req = heapq.heappop(heap)
-            if req._batch_seq == seq:
-                due.append(req)
-        bs = kv.block_size
-        push = heapq.heappush
+        growth = self.growth
+        assert growth is not None
+        step = self.batch.num_steps
+        due = growth.round(step)
+        if due is None:
+            return 0.0
         secs = 0.0
-        for req in due:
-            if req._batch_seq < 0:  # preempted earlier in this round
+        growth.begin_exact(due)
+        for seq, req in sorted(due.items()):
+            if req._batch_seq != seq:  # preempted earlier in this round
                 continue
-            start = max(req.prompt_len, 1)
-            known = start + batch.output_tokens(req)
-            while not kv.grow(req, known):
+            while not growth.grow_one(req):
                 victim = self._victim()
                 secs += self._preempt(victim)
                 if victim is req:
                     break
-            else:
-                # it now holds known - 1 + bs slots: the next block is due bs steps later
-                if known - 1 + bs < start + req.output_len - 1:
-                    push(heap, (step + bs, req._batch_seq, req))
+        growth.end_round(step)
         return secs
 
     def _no_progress(self, req: Request) -> SimulationError:
@@ -278,6 +290,8 @@ class KVDecodePolicy(DecodeOnlyPolicy):
         ctx = self.ctx
         kv = self.kv
         assert kv is not None
+        if self.growth is not None:
+            self.growth.leave(victim)
         self.batch.remove(victim)
         victim.last_token = ctx.last_step_end  # it emitted a token in the last step
         if self.swap:
@@ -321,7 +335,17 @@ class KVDecodePolicy(DecodeOnlyPolicy):
         if kv is None:
             return DecodeOnlyPolicy.complete_step(self, plan, t_start, t_end)
         ctx = self.ctx
-        kv.observe(t_start, t_end, self.batch.num_kv_tokens, self._blocked)
+        series = kv.series
+        if series is not None:  # kv.observe, inlined on this hot path
+            a = kv.alloc
+            alloc = a.allocated_slots
+            if alloc > kv.peak_allocated:
+                kv.peak_allocated = alloc
+            buf = series.buf
+            buf.append((t_start, t_end, self.batch.num_kv_tokens, alloc, a.internal_slots,
+                        a.padding_slots, kv.num_swap_blocks_used * kv.block_size, self._blocked))
+            if len(buf) >= 4096:
+                series.flush()
         joined = self._joined
         finished = self.batch.advance()
         if joined:
@@ -336,7 +360,10 @@ class KVDecodePolicy(DecodeOnlyPolicy):
             self._swapped_in = []
         else:
             plan.num_itl_tokens = plan.num_seqs
+        growth = self.growth
         for req in finished:
+            if growth is not None:
+                growth.leave(req)
             kv.release(req)
             ctx.finish(req, t_end)
         return None
@@ -350,6 +377,8 @@ class KVDecodePolicy(DecodeOnlyPolicy):
             self._swapped.remove(req)
             kv.discard_swapped(req)
             return None
+        if self.growth is not None:
+            self.growth.leave(req)
         DecodeOnlyPolicy.drop(self, req)
         kv.release(req)
         return None

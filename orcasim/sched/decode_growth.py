@@ -1,0 +1,124 @@
+"""Paged block growth of a decode batch, in O(1) per step while memory is ample.
+
+In a decode batch every member gains one token per step, so a member that
+holds ``h`` token slots needs its next block at a step it can compute on
+joining, and then every ``block_size`` steps until it holds its footprint.
+Members are therefore grouped by *phase* (the step modulo ``block_size`` at
+which they grow): at step ``s`` exactly the members of phase ``s mod
+block_size`` that have started and not finished growing take one block each.
+When the pool has that many free blocks, the whole step's growth is one
+subtraction (:meth:`DecodeGrowth.round`); only when it does not does the
+caller walk the members, in the order they joined, preempting as needed.
+Each member costs one heap event (the end of its growth), not one per block.
+
+The allocator's per-request block counts are brought up to date when a
+member stops growing or leaves (:meth:`DecodeGrowth.leave`, before its
+memory is released or swapped). Pure data structure: no SimPy.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from orcasim.kv.allocators import PagedAllocator
+from orcasim.request import Request
+
+
+class DecodeGrowth:
+    """Which members of a decode batch take a block at each step, by phase."""
+
+    def __init__(self, alloc: PagedAllocator) -> None:
+        self.alloc = alloc
+        self.bs = bs = alloc.block_size
+        self.phases: list[dict[int, Request]] = [{} for _ in range(bs)]
+        self._events: list[tuple[int, int, Request]] = []  # (last growth step, seq, request)
+        # request id -> (blocks at joining, first growth step, growths in all, batch seq)
+        self._plan: dict[int, tuple[int, int, int, int]] = {}
+        self.last_round = -1
+        # members of this round's phase still waiting for their block (exact path only)
+        self._pending: set[int] = set()
+
+    def join(self, req: Request, step: int, known: int) -> None:
+        """``req`` joined at batch step ``step`` with ``known`` tokens and its blocks allocated.
+
+        Call it after ``step``'s growth round: the member grows first at a
+        step in ``(step, step + block_size]``, the only one of its phase there.
+        """
+        bs = self.bs
+        held = self.alloc.held[req.id]
+        slots = held * bs
+        final = max(req.prompt_len, 1) + req.output_len - 1  # known tokens at its last step
+        if slots >= final:
+            return
+        first = step + slots + 1 - known  # in (step, step + bs]: no earlier step has its phase
+        growths = -(-(final - slots) // bs)
+        seq = req._batch_seq
+        self._plan[req.id] = (held, first, growths, seq)
+        self.phases[first % bs][seq] = req
+        heapq.heappush(self._events, (first + bs * (growths - 1), seq, req))
+
+    def round(self, step: int) -> dict[int, Request] | None:
+        """All of ``step``'s growth when the free blocks cover it; else the members due.
+
+        On None the round is done; on a dict (request seq -> request) the
+        caller gives each member its block with :meth:`grow_one` (after
+        :meth:`begin_exact`), preempting as needed, and then calls
+        :meth:`end_round`. A second round at the same step does nothing.
+        """
+        if step == self.last_round:
+            return None
+        self.last_round = step
+        due = self.phases[step % self.bs]
+        n = len(due)
+        if n:
+            alloc = self.alloc
+            if n > alloc.num_free_blocks:
+                return due
+            alloc.num_free_blocks -= n
+        ev = self._events
+        if ev and ev[0][0] <= step:
+            self.end_round(step)
+        return None
+
+    def begin_exact(self, due: dict[int, Request]) -> None:
+        """The exact path starts: every due member still waits for its block."""
+        self._pending = set(due)
+
+    def grow_one(self, req: Request) -> bool:
+        """Exact path: give ``req`` its block for this round; False if none is free."""
+        alloc = self.alloc
+        if not alloc.num_free_blocks:
+            return False
+        alloc.num_free_blocks -= 1
+        self._pending.discard(req._batch_seq)
+        return True
+
+    def end_round(self, step: int) -> None:
+        """After ``step``'s growth: members whose last block that was stop growing."""
+        if self._pending:
+            self._pending = set()
+        ev = self._events
+        while ev and ev[0][0] <= step:
+            _, seq, req = heapq.heappop(ev)
+            if req._batch_seq == seq:
+                self._stop(req)
+
+    def _stop(self, req: Request) -> None:
+        held, first, growths, seq = self._plan.pop(req.id)
+        self.phases[first % self.bs].pop(seq, None)
+        n = self.alloc.held[req.id] = held + growths
+        self.alloc._note_final(req, n)
+
+    def leave(self, req: Request) -> None:
+        """``req`` leaves the batch: write its block count back to the allocator."""
+        plan = self._plan.pop(req.id, None)
+        if plan is None:
+            return
+        held, first, growths, seq = plan
+        self.phases[first % self.bs].pop(seq, None)
+        r = self.last_round
+        done = 0 if r < first else min(growths, (r - first) // self.bs + 1)
+        if seq in self._pending:
+            self._pending.discard(seq)
+            done -= 1  # due this round, preempted before it got its block
+        self.alloc.held[req.id] = held + done
