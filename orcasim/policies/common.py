@@ -38,6 +38,8 @@ from orcasim.plan import StepPlan
 from orcasim.policies.base import PolicyParams, TokenPolicy, slots_field
 from orcasim.policies.queues import KeyedQueue
 from orcasim.request import Request, RequestState
+
+RUNNING = RequestState.RUNNING
 from orcasim.sched.token_memory import TokenMemory
 
 
@@ -133,6 +135,8 @@ class BatchPolicy(TokenPolicy):
         """The running requests' tokens this step, within ``budget``; the budget left."""
         chunk = self.chunked
         mem = self.mem
+        held = mem.held if mem is not None else None
+        bs = mem.kv.block_size if mem is not None else 0
         scheduled: list[tuple[Request, int]] = []
         order = self.order_running()
         for req in order if mem is None else list(order):
@@ -145,11 +149,13 @@ class BatchPolicy(TokenPolicy):
                 elif scheduled:
                     continue
             if mem is not None:
-                if req.state != RequestState.RUNNING:
+                if req.state != RUNNING:
                     continue  # preempted for memory earlier in this round
-                ok, budget = self._grow(req, need, scheduled, budget)
-                if not ok:
-                    continue
+                h = held.get(req.id) if held is not None else None
+                if h is None or h * bs < req.num_computed_tokens + need:  # it needs a block
+                    ok, budget = self._grow(req, need, scheduled, budget)
+                    if not ok:
+                        continue
             scheduled.append((req, need))
             budget -= need
         return scheduled, budget

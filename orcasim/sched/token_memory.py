@@ -46,6 +46,8 @@ class TokenMemory:
             raise ScenarioError("policy.preemption", "swap needs a paged pool, swap_space_gb > 0 "
                                 "and the KV bytes per token (memory.model or bytes_per_token)")
         self.keep_free = int(watermark * kv.capacity_units) if kv.paged else 0
+        #: a paged pool's blocks per request id (a fast check that a request needs no block)
+        self.held: dict[int, int] | None = kv.alloc.held if kv.paged else None
         self.swapped: deque[Request] = deque()
         #: swap-copy seconds to charge to the step being planned
         self.swap_secs = 0.0

@@ -1,0 +1,75 @@
+"""Wall time of every policy, with and without KV memory, against continuous batching.
+
+Same requests and latency model as ``bench_core.py`` (the notebook's
+workload, Poisson at 30 req/s, 32 sequences at most), each policy run three
+ways: no memory section, an ample paged pool (100,000 blocks of 16 tokens,
+never binding) and a tight one (400 blocks: admission refused and running
+requests preempted). Prints, per policy and memory, the median wall time, the
+ratio to ``continuous`` without memory (run in the same process, the
+baseline), the wall time per engine step, and the preemptions.
+
+    python benchmarks/bench_policies.py [--requests 5000] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import orcasim
+from orcasim.simulation import generate_workload, run_variant
+
+POLICIES = {
+    "continuous": {"type": "continuous"},
+    "fcfs": {"type": "fcfs"},
+    "sarathi": {"type": "sarathi"},
+    "priority+preempt": {"type": "priority", "preempt": True},
+    "srpt": {"type": "srpt"},
+    "vllm-v1": {"type": "vllm-v1", "max_num_seqs": 32, "enable_prefix_caching": False},
+}
+MEMORY = {"none": None,
+          "ample": {"block_size": 16, "num_blocks": 100_000},
+          "tight": {"block_size": 16, "num_blocks": 400}}
+
+
+def timed(cfg: object, arrays: object, repeat: int) -> tuple[float, dict]:
+    """Median wall seconds of ``run_variant`` and the last run's summary."""
+    times = []
+    summary: dict = {}
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        res = run_variant(cfg, arrays)  # type: ignore[arg-type]
+        times.append(time.perf_counter() - t0)
+        summary = res.summary
+    return statistics.median(times), summary
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=5000)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    base = orcasim.load_scenario("seed_orca").override(
+        {"workload.num_requests": args.requests, "workload.arrival.rate": 30.0, "variants": None,
+         "policy": {"type": "continuous", "max_batch": 32}})
+    arrays = generate_workload(base.variants[0])
+    ref, _ = timed(base.variants[0], arrays, args.repeat)
+    print(f"{args.requests} requests; baseline continuous without memory: {ref:.3f} s")
+    print(f"{'policy':>17}  {'memory':>6}  {'wall s':>7}  {'ratio':>6}  {'us/step':>8}  "
+          f"{'preemptions':>11}")
+    for name, policy in POLICIES.items():
+        for mem, section in MEMORY.items():
+            over: dict = {"policy": policy}
+            if "max_num_seqs" not in policy:
+                over["policy"] = {**policy, "max_batch": 32}
+            if section is not None:
+                over["memory"] = section
+            cfg = base.override(over).variants[0]
+            secs, s = timed(cfg, arrays, args.repeat)
+            print(f"{name:>17}  {mem:>6}  {secs:>7.3f}  {secs / ref:>6.2f}  "
+                  f"{1e6 * secs / s['num_steps']:>8.2f}  {int(s['num_preemptions']):>11}")
+
+
+if __name__ == "__main__":
+    main()
