@@ -38,9 +38,9 @@ from orcasim.plan import StepPlan
 from orcasim.policies.base import PolicyParams, TokenPolicy, slots_field
 from orcasim.policies.queues import KeyedQueue
 from orcasim.request import Request, RequestState
+from orcasim.sched.token_memory import TokenMemory
 
 RUNNING = RequestState.RUNNING
-from orcasim.sched.token_memory import TokenMemory
 
 
 class MemoryParams(PolicyParams):
