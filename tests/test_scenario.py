@@ -142,7 +142,8 @@ def test_samples_and_beams_are_refused_rather_than_ignored():
                               "policy": "fcfs"})
 
 
-@pytest.mark.parametrize("policy", ["static", "continuous", "fcfs", "sarathi", "priority"])
+@pytest.mark.parametrize("policy", ["static", "continuous", "fcfs", "sarathi", "priority",
+                                    "vllm-v1"])
 def test_max_num_seqs_is_the_batch_limit_under_either_name(policy):
     sc = orcasim.load_scenario().override({"workload.num_requests": 60})
     a = sc.override({"policy": {"type": policy, "max_num_seqs": 4}, "variants": None})

@@ -14,6 +14,7 @@ from pydantic import Field
 from orcasim.admission.base import AdmissionController
 from orcasim.context import SchedulerContext
 from orcasim.errors import ScenarioError
+from orcasim.kv.block_table import cdiv
 from orcasim.params import ComponentParams
 from orcasim.registry import admission
 from orcasim.request import Request
@@ -43,8 +44,7 @@ class KVFit(AdmissionController):
         self.kv = kv
 
     def blocks(self, num_tokens: int) -> int:
-        bs = self.kv.block_size
-        return -(-num_tokens // bs)
+        return cdiv(num_tokens, self.kv.block_size)
 
     def check(self, req: Request) -> str | None:
         kv = self.kv

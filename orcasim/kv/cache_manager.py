@@ -34,6 +34,7 @@ from itertools import islice
 from typing import Any
 
 from orcasim.kv.block_pool import Block, BlockPool
+from orcasim.kv.block_table import cdiv
 from orcasim.kv.hashing import BlockHasher, block_content
 
 
@@ -53,11 +54,6 @@ class ReuseFirstBlockPool(BlockPool):
         for b in freed:
             if b.block_hash is not None:
                 queue.append(b)
-
-
-def cdiv(a: int, b: int) -> int:
-    """Ceiling division of non-negative integers."""
-    return -(-a // b)
 
 
 class KVCacheManager:

@@ -40,11 +40,12 @@ from collections.abc import Generator
 from typing import Any, Literal, Protocol
 
 import simpy
-from pydantic import Field, model_validator
+from pydantic import AliasChoices, Field, model_validator
 
 from orcasim.context import SchedulerContext
 from orcasim.errors import ScenarioError, SimulationError
-from orcasim.kv.cache_manager import KVCacheManager, cdiv
+from orcasim.kv.block_table import cdiv
+from orcasim.kv.cache_manager import KVCacheManager
 from orcasim.kv.manager_face import CacheManagerKV
 from orcasim.plan import StepPlan
 from orcasim.policies.base import PolicyParams, TokenPolicy
@@ -125,7 +126,9 @@ class VllmV1(TokenPolicy):
     class Params(PolicyParams):
         block_size: int = Field(16, gt=0, description="tokens per KV block")
         num_blocks: int = Field(1024, ge=2, description="KV blocks, block 0 being the null block")
-        max_num_seqs: int = Field(256, gt=0, description="running requests at most")
+        max_num_seqs: int = Field(256, gt=0, description="running requests at most (also "
+                                  "accepted as max_batch)",
+                                  validation_alias=AliasChoices("max_num_seqs", "max_batch"))
         max_num_batched_tokens: int = Field(2048, gt=0, description="token budget per step")
         enable_prefix_caching: bool = True
         policy: Literal["fcfs", "priority"] = Field(

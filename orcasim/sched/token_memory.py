@@ -32,6 +32,7 @@ from collections import deque
 from typing import Any
 
 from orcasim.errors import ScenarioError
+from orcasim.kv.block_table import cdiv
 from orcasim.kv.config import footprint
 from orcasim.request import Request
 
@@ -60,7 +61,7 @@ class TokenMemory:
         if kv.too_long(req):
             return "exceeds_max_model_len"
         if kv.paged:
-            need = -(-footprint(req.prompt_len, req.output_len) // kv.block_size)
+            need = cdiv(footprint(req.prompt_len, req.output_len), kv.block_size)
         else:
             need = kv.need(req)
         return "exceeds_kv_capacity" if need > kv.capacity_units else None
