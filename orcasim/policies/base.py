@@ -173,20 +173,10 @@ class DecodeOnlyPolicy(Policy):
 
     def next_step(self) -> Generator[simpy.Event, Any, StepPlan | None]:
         ctx = self.ctx
-        batch = self.batch
         while True:
-            if self._deferred:
-                self._take_deferred()
-            ctx.poll_arrivals()
-            if ctx.waiting:
-                self.admit()
-            if batch.size:
-                joined = self._joined
-                if self.prefill and joined:
-                    fresh = sum(r.prompt_len + r.num_output_tokens for r in joined)
-                    return StepPlan(batch.size, batch.num_kv_tokens - fresh, fresh,
-                                    batch.size - len(joined))
-                return StepPlan(batch.size, batch.num_kv_tokens)
+            plan = DecodeOnlyPolicy.ready_plan(self)
+            if plan is not None:
+                return plan
             if not ctx.waiting and ctx.arrivals_done:
                 return None
             yield ctx.arrival | ctx.admitted if self._listens else ctx.arrival
@@ -209,8 +199,12 @@ class DecodeOnlyPolicy(Policy):
             return StepPlan(batch.size, batch.num_kv_tokens)
         return None
 
-    def _decode_plan(self) -> StepPlan:
+    def continue_step(self) -> StepPlan | None:
+        if self._deferred:
+            self._take_deferred()
         batch = self.batch
+        if not batch.size:
+            return None
         joined = self._joined
         if self.prefill and joined:
             fresh = sum(r.prompt_len + r.num_output_tokens for r in joined)
@@ -218,26 +212,28 @@ class DecodeOnlyPolicy(Policy):
                             batch.size - len(joined))
         return StepPlan(batch.size, batch.num_kv_tokens)
 
-    def continue_step(self) -> StepPlan | None:
-        if self._deferred:
-            self._take_deferred()
-        return self._decode_plan() if self.batch.size else None
-
     def complete_step(self, plan: StepPlan, t_start: float, t_end: float) -> None:
+        """Every member emits a token: first tokens, ITL (a resumed request's own gap), ends."""
         joined = self._joined
         finished = self.batch.advance()
         if joined:
             for req in joined:
                 if req.first_token is None:
                     req.first_token = t_end
+                else:  # resumed after a preemption: its own gap
+                    self.ctx.recorder.record_itl(t_end - req.last_token)  # type: ignore[operator]
             plan.num_itl_tokens = plan.num_seqs - len(joined)
             self._joined = []
         else:
             plan.num_itl_tokens = plan.num_seqs
         if finished:
-            finish = self.ctx.finish
-            for req in finished:
-                finish(req, t_end)
+            self.finished(finished, t_end)
+
+    def finished(self, reqs: list[Request], t_end: float) -> None:
+        """``reqs`` emitted their last token at ``t_end`` and left the batch."""
+        finish = self.ctx.finish
+        for req in reqs:
+            finish(req, t_end)
 
     def running_requests(self) -> Iterable[Request]:
         if self._deferred:

@@ -71,6 +71,7 @@ class KVDecodePolicy(DecodeOnlyPolicy):
             self.next_step = DecodeOnlyPolicy.next_step.__get__(self)  # type: ignore[method-assign]
             self.complete_step = DecodeOnlyPolicy.complete_step.__get__(self)  # type: ignore[method-assign]
             self.continue_step = DecodeOnlyPolicy.continue_step.__get__(self)  # type: ignore[method-assign]
+            self.finished = DecodeOnlyPolicy.finished.__get__(self)  # type: ignore[method-assign]
             return
         p: Any = params
         self.head_of_line = p.kv_admission == "head_of_line"
@@ -94,15 +95,9 @@ class KVDecodePolicy(DecodeOnlyPolicy):
         if self.kv is None:
             return (yield from DecodeOnlyPolicy.next_step(self))
         ctx = self.ctx
-        batch = self.batch
         while True:
-            ctx.poll_arrivals()
-            secs = self._prepare()
-            if ctx.waiting and not self._swapped:
-                self.admit()
-            if batch.size:
-                plan = self._plan()
-                plan.swap_time = secs
+            plan = self.ready_plan()
+            if plan is not None:
                 return plan
             if not ctx.waiting and not self._swapped and ctx.arrivals_done:
                 return None
@@ -117,12 +112,7 @@ class KVDecodePolicy(DecodeOnlyPolicy):
             return DecodeOnlyPolicy.ready_plan(self)
         ctx = self.ctx
         ctx.poll_arrivals()
-        secs = self._grow() if self.growth is not None else 0.0
-        if self._deferred:  # joined during the last step; after growth (see DecodeGrowth.join)
-            self._take_deferred()
-        self._blocked = False
-        if self._swapped:
-            secs += self._swap_in()
+        secs = self._prepare()
         slots = ctx.slots
         if ctx.waiting and not self._swapped and slots.count < slots.capacity:
             self.admit()
@@ -334,7 +324,6 @@ class KVDecodePolicy(DecodeOnlyPolicy):
         kv = self.kv
         if kv is None:
             return DecodeOnlyPolicy.complete_step(self, plan, t_start, t_end)
-        ctx = self.ctx
         series = kv.series
         if series is not None:  # kv.observe, inlined on this hot path
             a = kv.alloc
@@ -346,27 +335,21 @@ class KVDecodePolicy(DecodeOnlyPolicy):
                         a.padding_slots, kv.num_swap_blocks_used * kv.block_size, self._blocked))
             if len(buf) >= 4096:
                 series.flush()
-        joined = self._joined
-        finished = self.batch.advance()
-        if joined:
-            record_itl = ctx.recorder.record_itl
-            for req in joined:
-                if req.first_token is None:
-                    req.first_token = t_end
-                else:  # resumed after a preemption: its own gap
-                    record_itl(t_end - req.last_token)  # type: ignore[operator]
-            plan.num_itl_tokens = plan.num_seqs - len(joined)
-            self._joined = []
+        if self._swapped_in:
             self._swapped_in = []
-        else:
-            plan.num_itl_tokens = plan.num_seqs
+        return DecodeOnlyPolicy.complete_step(self, plan, t_start, t_end)
+
+    def finished(self, reqs: list[Request], t_end: float) -> None:
+        """Free the finished requests' memory, then record them."""
+        kv = self.kv
+        assert kv is not None
         growth = self.growth
-        for req in finished:
+        finish = self.ctx.finish
+        for req in reqs:
             if growth is not None:
                 growth.leave(req)
             kv.release(req)
-            ctx.finish(req, t_end)
-        return None
+            finish(req, t_end)
 
     def drop(self, req: Request) -> None:
         """Take ``req`` out (before an abort) and free its KV memory, or its swap space."""
