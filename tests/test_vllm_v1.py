@@ -75,7 +75,8 @@ def test_a_request_larger_than_the_pool_is_rejected_with_the_reason():
             block_size=16, num_blocks=8)
     df = v.requests.set_index("name")
     assert df.loc["big", "state"] == "rejected"
-    assert df.loc["big", "reason"] == "needs 9 KV blocks of 16 tokens, the pool has 7"
+    assert df.loc["big", "reason"] == "exceeds_kv_capacity"  # needs 9 blocks of 16, has 7
+    assert v.summary["rejected_exceeds_kv_capacity"] == 1
     assert df.loc["ok", "state"] == "finished"
 
 
@@ -166,6 +167,10 @@ def test_golden_workloads_finish_in_simulated_time(path):
     assert (df["state"] == "finished").all() and len(df) == len(reqs)
     room = (params["max_model_len"] - df["prompt_len"]).clip(lower=1)
     assert (df["num_output_tokens"] == np.minimum(df["output_len"], room)).all()
+    cut = df["num_output_tokens"] < df["output_len"]  # stopped by a full context
+    assert (df.loc[cut, "reason"] == "max_model_len").all()
+    assert df.loc[~cut, "reason"].isna().all()
+    assert v.summary.get("truncated_max_model_len", 0) == int(cut.sum())
     golden, _ = read_trace(path.with_suffix(".trace.jsonl"))
     assert v.summary["num_steps"] <= len(golden)
 
@@ -173,10 +178,26 @@ def test_golden_workloads_finish_in_simulated_time(path):
 def test_a_stuck_run_is_an_error_not_a_hang(monkeypatch):
     from orcasim.policies import vllm_v1
 
-    monkeypatch.setattr(vllm_v1, "misfit_reason", lambda *a: None)  # let a too-large one in
+    monkeypatch.setattr(vllm_v1, "misfit", lambda *a: None)  # let a too-large one in
     with pytest.raises(orcasim.SimulationError) as err:
         run([{"name": "big", "prompt_len": 100, "output_len": 30}], block_size=16, num_blocks=8)
     # prefill 100 tokens (51 s), decode until its 7 blocks are full (12 s), preempt itself,
     # and never fit again
     assert str(err.value) == ("policy 'vllm-v1' cannot schedule request big at t=63: nothing "
                               "is in flight and nothing fits")
+
+
+def test_a_request_cut_at_max_model_len_finishes_with_that_reason():
+    v = run([{"name": "long", "prompt_len": 15, "output_len": 10},
+             {"name": "fits", "prompt_len": 5, "output_len": 3},
+             {"name": "too_long", "prompt_len": 21, "output_len": 1}],
+            max_model_len=20, max_num_batched_tokens=32, max_num_seqs=4, block_size=4,
+            num_blocks=32)
+    df = v.requests.set_index("name")
+    # the context holds 20 tokens: 15 of prompt and 5 generated
+    assert df.loc["long", "state"] == "finished" and df.loc["long", "num_output_tokens"] == 5
+    assert df.loc["long", "reason"] == "max_model_len"
+    assert df.loc["fits", "num_output_tokens"] == 3 and df["reason"].isna()["fits"]
+    assert df.loc["too_long", "reason"] == "exceeds_max_model_len"
+    s = v.summary
+    assert s["truncated_max_model_len"] == 1 and s["rejected_exceeds_max_model_len"] == 1

@@ -9,6 +9,8 @@ without classes, tenants, rejections or aborts keep exactly the base keys:
   ``_p99`` of queue delay, TTFT, TPOT and E2E over the class's finished
   requests (and ``slo_attainment`` with an SLO);
 - ``rejected_<reason>`` and ``aborted_<reason>``: requests by final reason;
+- ``truncated_<reason>``: finished requests that stopped short of their
+  output length (``max_model_len``: the context was full);
 - ``tenant.<name>.<metric>`` for every tenant: counts, ``output_tokens``,
   ``service_tokens`` (prompt tokens of requests that reached their first
   token, plus output tokens) and ``ttft_p99``; and ``jain_index``, Jain's
@@ -80,6 +82,10 @@ def group_summary(
             reasons = Counter(cols["reason"][i] or "unknown" for i in idx.tolist())
             for reason, n in sorted(reasons.items()):
                 out[f"{prefix}_{reason}"] = n
+    why = cols["reason"]
+    cut = [why[i] for i in np.flatnonzero(finished).tolist() if why[i]]
+    for reason, n in sorted(Counter(cut).items()):  # finished short of output_len
+        out[f"truncated_{reason}"] = n
     names, codes = _labels(cols["cls"])
     for k, name in enumerate(names):
         m = codes == k

@@ -102,21 +102,30 @@ class StepObserver(Protocol):
     def updated(self, policy: VllmV1, out: StepOutput, finished: list[Request]) -> None: ...
 
 
-def misfit_reason(prompt_len: int, output_len: int, params: Any) -> str | None:
-    """Why a request can never run under ``params`` (None if it can).
+def misfit(prompt_len: int, output_len: int, params: Any) -> tuple[str, str] | None:
+    """Why a request can never run under ``params``: ``(reason, detail)``, or None if it can.
 
-    Alone in the engine, a request needs slots for ``prompt_len + output_len -
-    1`` tokens (the last token is sampled, never computed), capped at
-    ``max_model_len``; the pool has ``num_blocks - 1`` usable blocks.
+    The reason is one of a fixed vocabulary (``exceeds_max_model_len``,
+    ``exceeds_kv_capacity``), the detail says by how much. Alone in the
+    engine, a request needs slots for ``prompt_len + output_len - 1`` tokens
+    (the last token is sampled, never computed), capped at ``max_model_len``;
+    the pool has ``num_blocks - 1`` usable blocks.
     """
     if prompt_len > params.max_model_len:
-        return f"prompt_len {prompt_len} exceeds max_model_len {params.max_model_len}"
+        return ("exceeds_max_model_len",
+                f"prompt_len {prompt_len} exceeds max_model_len {params.max_model_len}")
     tokens = min(max(prompt_len, 1) + output_len - 1, params.max_model_len)
     need = cdiv(tokens, params.block_size)
     if need > params.num_blocks - 1:
-        return (f"needs {need} KV blocks of {params.block_size} tokens, "
+        return ("exceeds_kv_capacity", f"needs {need} KV blocks of {params.block_size} tokens, "
                 f"the pool has {params.num_blocks - 1}")
     return None
+
+
+def misfit_reason(prompt_len: int, output_len: int, params: Any) -> str | None:
+    """The detail of :func:`misfit` (None if the request can run)."""
+    found = misfit(prompt_len, output_len, params)
+    return None if found is None else found[1]
 
 
 @policies.register("vllm-v1")
@@ -221,9 +230,9 @@ class VllmV1(TokenPolicy):
         while waiting and waiting[-1].id not in seqs:
             fresh.append(waiting.pop())
         for req in reversed(fresh):
-            reason = misfit_reason(req.prompt_len, req.output_len, self.params)
-            if reason is not None:
-                ctx.reject(req, reason)
+            found = misfit(req.prompt_len, req.output_len, self.params)
+            if found is not None:
+                ctx.reject(req, found[0])
                 continue
             seqs[req.id] = _Seq(req)
             self.kv.update_hashes(req)
@@ -389,6 +398,8 @@ class VllmV1(TokenPolicy):
                 if seq.status == RUNNING:
                     kv.cache_blocks(req, req.num_computed_tokens - seq.num_in_flight)
             if req.num_tokens >= max_len or req.num_output_tokens >= req.output_len:
+                if req.num_output_tokens < req.output_len:
+                    req.reason = "max_model_len"  # finished early: the context is full
                 (left_running if seq.status == RUNNING else left_waiting).add(req.id)
                 del seqs[req.id]
                 kv.free(req)
