@@ -147,11 +147,18 @@ class SchedulerContext:
         return self.env.timeout(delay)
 
     def wake_event(self, timeout: float | None = None) -> simpy.Event:
-        """What an idle policy waits on: the next arrival, freed KV memory, or ``timeout``."""
+        """What an idle policy waits on: the next arrival, freed KV memory, or ``timeout``.
+
+        With event-driven policy processes, also the next admission (a process
+        may admit while the engine is idle).
+        """
         ev: simpy.Event = self.arrival
         kv = self.kv
         if kv.limited:
             ev = ev | kv.freed
+        policy = self.policy
+        if policy is not None and policy.event_driven:
+            ev = ev | self.admitted
         if timeout is not None:
             ev = ev | self.env.timeout(timeout)
         return ev

@@ -8,6 +8,7 @@ import orcasim
 from orcasim import PolicyParams, TokenPolicy, register_policy
 from orcasim.errors import SimulationError
 from orcasim.policies.base import slots_field
+from orcasim.policies.memory import KVDecodePolicy, KVPolicyParams
 
 UNIT = {"type": "constant", "step_time": 1.0}
 
@@ -188,3 +189,45 @@ def test_slot_requests_by_priority_with_preemption():
     assert col(v, "finish") == {"high": 4.0, "low": 7.0}
     assert col(v, "first_token") == {"high": 3.0, "low": 1.0}
     assert s["num_recomputed_tokens"] == 1
+
+
+@register_policy("test-decode-process")
+class DecodeProcess(KVDecodePolicy):
+    """Decode-only batching admitted by a process when memory or a slot frees (tests only)."""
+
+    class Params(KVPolicyParams):
+        max_batch: int = slots_field(2)
+        prefill: bool = False
+
+    def admit(self):
+        pass  # nothing at step boundaries: the process admits
+
+    def processes(self):
+        return [self.admit_loop()]
+
+    def admit_loop(self):
+        ctx = self.ctx
+        while True:
+            while ctx.waiting and ctx.slots.free:
+                req = ctx.waiting.popleft()
+                if self.try_join(req) is False:
+                    ctx.waiting.appendleft(req)
+                    break
+            yield ctx.wake_event() | ctx.slot_freed
+
+
+@pytest.mark.parametrize("memory", [None, {"num_blocks": 6, "block_size": 2}])
+def test_a_decode_only_process_admits_during_steps_with_and_without_memory(memory):
+    reqs = [req("a", prompt=3, output=3), req("b", prompt=3, output=2),
+            req("c", arrival=0.5, prompt=3, output=2), req("d", arrival=0.6, prompt=3, output=1)]
+    extra = {"memory": memory} if memory else {}
+    v = simulate(reqs, {"type": "test-decode-process"}, **extra)
+    # c arrives during step 1 with both slots taken; b's slot frees at t = 2: c joins for
+    # step 3, d when a's frees at t = 3
+    assert v.format_steps().splitlines() == [
+        "step 1: a | b", "step 2: a | b", "step 3: a | c", "step 4: d | c"]
+    assert col(v, "first_scheduled") == {"a": 0.0, "b": 0.0, "c": 2.0, "d": 3.0}
+    assert col(v, "state") == dict.fromkeys("abcd", "finished")
+    if memory is not None:
+        # blocks of 2 tokens: at step 3, a holds 3 (5 tokens) and c 2 (3 tokens) of 6
+        assert v.summary["kv_peak_usage"] == 5 / 6 and v.summary["num_preemptions"] == 0

@@ -87,6 +87,11 @@ class Policy:
         """Event-driven parts of the policy, started by the engine as SimPy processes."""
         return []
 
+    @property
+    def event_driven(self) -> bool:
+        """True if the policy has processes, which may admit requests at any time."""
+        return type(self).processes is not Policy.processes
+
     def complete_step(self, plan: StepPlan, t_start: float, t_end: float) -> None:
         """Apply the effects of ``plan``, which ran from ``t_start`` to ``t_end``.
 
@@ -144,8 +149,7 @@ class DecodeOnlyPolicy(Policy):
         self.prefill: bool = bool(getattr(params, "prefill", False))
         self._joined: list[Request] = []
         self._deferred: list[Request] = []  # admitted during a step in flight
-        # event-driven parts may admit at any time
-        self._listens = type(self).processes is not Policy.processes
+        self._listens = self.event_driven  # its processes may admit at any time
 
     def admit(self) -> None:
         """Move waiting requests into the batch (via :meth:`join`) as the policy allows."""

@@ -101,8 +101,8 @@ class KVDecodePolicy(DecodeOnlyPolicy):
                 return plan
             if not ctx.waiting and not self._swapped and ctx.arrivals_done:
                 return None
-            if self._blocked:  # memory held outside the batch (kv.get) may come back
-                yield ctx.arrival | self.kv.freed
+            if self._blocked or self._listens:  # memory (kv.get) may come back; a process
+                yield ctx.wake_event()  # may admit
             else:
                 yield ctx.arrival
 

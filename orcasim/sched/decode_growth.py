@@ -37,12 +37,15 @@ class DecodeGrowth:
         self.last_round = -1
         # members of this round's phase still waiting for their block (exact path only)
         self._pending: set[int] = set()
+        # members that joined at a step whose round has not run yet (added after it)
+        self._early: list[tuple[int, int, Request]] = []  # (phase, seq, request)
 
     def join(self, req: Request, step: int, known: int) -> None:
         """``req`` joined at batch step ``step`` with ``known`` tokens and its blocks allocated.
 
-        Call it after ``step``'s growth round: the member grows first at a
-        step in ``(step, step + block_size]``, the only one of its phase there.
+        The member grows first at a step in ``(step, step + block_size]``, the
+        only one of its phase there; if ``step``'s round has not run yet (a
+        process admitted it at the step boundary), it joins its phase after it.
         """
         bs = self.bs
         held = self.alloc.held[req.id]
@@ -54,7 +57,10 @@ class DecodeGrowth:
         growths = -(-(final - slots) // bs)
         seq = req._batch_seq
         self._plan[req.id] = (held, first, growths, seq)
-        self.phases[first % bs][seq] = req
+        if step > self.last_round:
+            self._early.append((first % bs, seq, req))
+        else:
+            self.phases[first % bs][seq] = req
         heapq.heappush(self._events, (first + bs * (growths - 1), seq, req))
 
     def round(self, step: int) -> dict[int, Request] | None:
@@ -76,7 +82,7 @@ class DecodeGrowth:
                 return due
             alloc.num_free_blocks -= n
         ev = self._events
-        if ev and ev[0][0] <= step:
+        if (ev and ev[0][0] <= step) or self._early:
             self.end_round(step)
         return None
 
@@ -97,6 +103,11 @@ class DecodeGrowth:
         """After ``step``'s growth: members whose last block that was stop growing."""
         if self._pending:
             self._pending = set()
+        if self._early:
+            for phase, seq, req in self._early:
+                if req._batch_seq == seq:  # still in the batch
+                    self.phases[phase][seq] = req
+            self._early = []
         ev = self._events
         while ev and ev[0][0] <= step:
             _, seq, req = heapq.heappop(ev)
