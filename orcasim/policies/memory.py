@@ -128,7 +128,12 @@ class KVDecodePolicy(DecodeOnlyPolicy):
 
     def _prepare(self) -> float:
         """Growth, then swap-in, for the next step; seconds of swapping to charge to it."""
-        secs = self._grow() if self.growth is not None else 0.0
+        growth = self.growth
+        secs = 0.0
+        if growth is not None:
+            due = growth.round(self.batch.num_steps)
+            if due is not None:  # memory is short: member by member, preempting
+                secs = self._grow_exact(due)
         if self._deferred:  # joined during the last step; after growth (see DecodeGrowth.join)
             self._take_deferred()
         self._blocked = False
@@ -234,14 +239,14 @@ class KVDecodePolicy(DecodeOnlyPolicy):
                 growth.join(req, step, max(req.prompt_len, 1) + req.num_output_tokens)
 
     # -- growth and preemption ------------------------------------------------
-    def _grow(self) -> float:
-        """Give due members their next block, preempting as needed; seconds of swapping."""
+    def _grow_exact(self, due: dict[int, Request]) -> float:
+        """Give the due members their next block one by one, preempting as needed.
+
+        Returns the seconds of swapping the preemptions cost.
+        """
         growth = self.growth
         assert growth is not None
         step = self.batch.num_steps
-        due = growth.round(step)
-        if due is None:
-            return 0.0
         secs = 0.0
         growth.begin_exact(due)
         for seq, req in sorted(due.items()):
