@@ -154,6 +154,9 @@ class VllmV1(TokenPolicy):
             False, description="two steps in flight: schedule before the last step's tokens")
         empty_steps: bool = Field(
             False, description="a schedule call that schedules nothing is a step (step clock)")
+        preemption: Literal["recompute"] = Field(
+            "recompute", description="how a victim gives its blocks back: recompute only, as "
+            "in vLLM V1 (it has no swap space)")
 
         @model_validator(mode="after")
         def _check_vllm_config(self) -> VllmV1.Params:
