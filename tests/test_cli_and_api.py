@@ -47,7 +47,7 @@ def test_seed_flag_changes_the_workload(tmp_path):
 
 
 def test_unknown_variant_is_an_error(tmp_path, capsys):
-    assert main(["run", "--variant", "nope", "--out", str(tmp_path)]) == 1
+    assert main(["run", "--variant", "nope", "--out", str(tmp_path)]) == 2
     assert "no variant 'nope'" in capsys.readouterr().err
 
 

@@ -51,17 +51,19 @@ def test_sweep_command_prints_cis_and_writes_the_table(tmp_path, capsys):
     assert "0 run now, 12 already done" in capsys.readouterr().out
 
 
-def test_sweep_command_with_a_bad_point_exits_1_and_names_it(tmp_path, capsys):
+def test_sweep_command_with_a_bad_point_exits_2_and_names_it(tmp_path, capsys):
+    out = tmp_path / "sw"
     rc = main(["sweep", "--grid", "policy.max_batch=8,-1", "--grid", "variant=continuous",
-               "--out", str(tmp_path), *SMALL])
-    assert rc == 1
-    out = capsys.readouterr().out
-    assert ("1 x seed_orca.yaml: variants.static: policy.max_batch: Input should be greater "
-            "than 0 (got -1)") in out
-    assert main(["sweep", "--grid", "nonsense", "--out", str(tmp_path), *SMALL]) == 1
+               "--out", str(out), *SMALL])
+    assert rc == 2
+    assert capsys.readouterr().err == (
+        "orcasim: error: seed_orca.yaml: grid policy.max_batch=-1: variants.static: "
+        "policy.max_batch: Input should be greater than 0 (got -1)\n")
+    assert not out.exists()  # checked before anything is created or run
+    assert main(["sweep", "--grid", "nonsense", "--out", str(tmp_path), *SMALL]) == 2
     assert capsys.readouterr().err == (
         "orcasim: error: --grid 'nonsense': expected FIELD=VALUE1,VALUE2,...\n")
-    assert main(["sweep", "--scheduler", "tcp://x:1", "--out", str(tmp_path), *SMALL]) == 1
+    assert main(["sweep", "--scheduler", "tcp://x:1", "--out", str(tmp_path), *SMALL]) == 2
     assert "--scheduler goes with --backend dask" in capsys.readouterr().err
 
 
@@ -84,7 +86,7 @@ def test_compare_two_sweeps(tmp_path, capsys):
     assert (ttft["diff"] < 0).all() and ttft["significant"].all()
     assert (ttft["p_value"] == 2 / 924).all()  # every B run below every A run, 6 vs 6
     assert f"{int(cmp['significant'].sum())} of 4 differences significant" in text
-    assert main(["compare", str(a), str(tmp_path)]) == 1
+    assert main(["compare", str(a), str(tmp_path)]) == 2
     assert "not a sweep directory (no sweep.json)" in capsys.readouterr().err
 
 
@@ -143,7 +145,7 @@ def test_report_of_an_unfinished_sweep_without_kept_requests(tmp_path, capsys):
     assert "1 of 3 runs have not run yet" in html
     assert "No per-request rows were kept" in html
     assert "<h2>Metrics by point</h2>" in html
-    assert main(["report", str(tmp_path / "nope")]) == 1
+    assert main(["report", str(tmp_path / "nope")]) == 2
     assert "not a sweep directory" in capsys.readouterr().err
 
 

@@ -11,7 +11,7 @@ import pytest
 from conftest import SCENARIOS
 
 import orcasim
-from orcasim.errors import OrcasimError
+from orcasim.errors import FailedRunsWarning, OrcasimError
 from orcasim.experiments.grid import derive_seed, expand, parse_grid_arg
 from orcasim.experiments.runner import sweep
 from orcasim.latency.base import LatencyModel
@@ -84,16 +84,18 @@ def test_each_row_reproduces_a_plain_run():
     assert df.attrs["sweep"]["computed"] == 8
 
 
-def test_invalid_points_are_recorded_and_the_others_run(tmp_path):
-    df = sweep(small(), {"policy.max_batch": [4, 0], "variant": ["continuous"]}, seeds=2,
-               out=tmp_path, progress=False, n_jobs=1)
-    assert df["status"].tolist() == ["ok", "ok", "invalid", "invalid"]
-    assert df["error"].iloc[2] == ("seed_orca.yaml: variants.static: policy.max_batch: "
-                                   "Input should be greater than 0 (got 0)")
-    assert df["policy.max_batch"].tolist() == [4, 4, 0, 0]
-    bad = sweep(small(), {"variant": ["nope"]}, seeds=1, progress=False, n_jobs=1)
-    assert bad["status"].tolist() == ["invalid"]
-    assert bad["error"].iloc[0] == "no variant 'nope' (have: static, continuous)"
+def test_invalid_points_are_refused_before_anything_runs(tmp_path):
+    out = tmp_path / "sw"
+    with pytest.raises(orcasim.ScenarioError) as err:
+        sweep(small(), {"policy.max_batch": [4, 0], "variant": ["continuous"]}, seeds=2,
+              out=out, progress=False, n_jobs=1)
+    assert str(err.value) == ("seed_orca.yaml: grid policy.max_batch=0: variants.static: "
+                              "policy.max_batch: Input should be greater than 0 (got 0)")
+    assert not out.exists()
+    with pytest.raises(orcasim.ScenarioError) as err:
+        sweep(small(), {"variant": ["nope"]}, seeds=1, progress=False, n_jobs=1)
+    assert str(err.value) == ("seed_orca.yaml: grid variant='nope': no variant 'nope' "
+                              "(have: static, continuous)")
 
 
 @latency_models.register("test-fragile")
@@ -116,17 +118,21 @@ class Fragile(LatencyModel):
 
 def test_a_crashing_run_is_recorded_with_its_error(tmp_path):
     sc = small(**{"engine.latency": {"type": "test-fragile"}})
-    df = sweep(sc, {"engine.latency.fail_after": [0, 5]}, seeds=1, out=tmp_path,
-               progress=False, n_jobs=1)
+    with pytest.warns(FailedRunsWarning, match=r"^2 of 4 runs failed, e\.g\. run \w+: "
+                      "ZeroDivisionError: cannot time this step"):
+        df = sweep(sc, {"engine.latency.fail_after": [0, 5]}, seeds=1, out=tmp_path,
+                   progress=False, n_jobs=1)
     assert df["status"].tolist() == ["ok", "ok", "error", "error"]
     assert df["error"].iloc[2].startswith("ZeroDivisionError: cannot time this step (")
     assert df["throughput_tok_s"].iloc[:2].notna().all()
     assert df["throughput_tok_s"].iloc[2:].isna().all()
-    again = sweep(sc, {"engine.latency.fail_after": [0, 5]}, seeds=1, out=tmp_path,
-                  progress=False, n_jobs=1)
+    with pytest.warns(FailedRunsWarning):
+        again = sweep(sc, {"engine.latency.fail_after": [0, 5]}, seeds=1, out=tmp_path,
+                      progress=False, n_jobs=1)
     assert again.attrs["sweep"]["computed"] == 0  # failures are results too
-    retried = sweep(sc, {"engine.latency.fail_after": [0, 5]}, seeds=1, out=tmp_path,
-                    progress=False, n_jobs=1, retry_failed=True)
+    with pytest.warns(FailedRunsWarning):
+        retried = sweep(sc, {"engine.latency.fail_after": [0, 5]}, seeds=1, out=tmp_path,
+                        progress=False, n_jobs=1, retry_failed=True)
     assert retried.attrs["sweep"]["computed"] == 2
 
 

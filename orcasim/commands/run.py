@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from orcasim.errors import OrcasimError
+from orcasim.commands.common import check_output_dir, seed_arg
+from orcasim.errors import UsageError
+
+if TYPE_CHECKING:
+    from orcasim.metrics.results import Results
 
 TABLE_METRICS = [
     "num_requests",
@@ -65,8 +70,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("scenario", nargs="?", default=None,
                    help="scenario YAML file or built-in name (default: seed_orca)")
     r.add_argument("--out", type=Path, default=None,
-                   help="output directory (default: orcasim-out/<scenario name>)")
-    r.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
+                   help="output directory, created with its parents if missing "
+                   "(default: orcasim-out/<scenario name>)")
+    r.add_argument("--seed", type=seed_arg, default=None,
+                   help="override the scenario's seed (an integer >= 0)")
     r.add_argument("--steps", action="store_true",
                    help="print the per-step schedule and write steps.csv")
     r.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
@@ -78,19 +85,30 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Check everything, simulate the chosen variants, print the tables and write the files."""
+    from orcasim.commands.preflight import check_scenario
     from orcasim.scenario import load_scenario
     from orcasim.simulation import simulate
 
     sc = load_scenario(args.scenario, args.overrides or None)
-    if args.variants:
-        for name in args.variants:
-            if name not in sc.variant_names:
-                raise OrcasimError(f"no variant {name!r} in {sc.source} "
-                                   f"(have: {', '.join(sc.variant_names)})")
+    for name in args.variants or ():
+        if name not in sc.variant_names:
+            raise UsageError(f"--variant {name}: no variant {name!r} in {sc.source} "
+                             f"(have: {', '.join(sc.variant_names)})")
+    out = check_output_dir(args.out if args.out is not None else Path("orcasim-out") / sc.name)
     seed = sc.seed if args.seed is None else args.seed
+    check_scenario(sc, seed, args.variants)
     print(f"scenario {sc.name} ({sc.source}), seed {seed}, variants: {', '.join(sc.variant_names)}")
     res = simulate(sc, seed, variants=args.variants, trace_steps=args.steps)
-    if args.steps:
+    _print_results(res, args.steps)
+    written = res.write(out, plots=not args.no_plots)
+    print(f"\nwrote {len(written)} files to {out}/: {', '.join(p.name for p in written)}")
+    return 0
+
+
+def _print_results(res: Results, steps: bool) -> None:
+    """The per-step schedules (with ``--steps``), the comparison table and the group tables."""
+    if steps:
         for name, v in res.items():
             s = v.summary
             used = int(s["seq_steps"])
@@ -108,9 +126,3 @@ def run(args: argparse.Namespace) -> int:
     for kind, keys in group_tables(res):
         print(f"\nper {kind}:")
         print(res.table(keys))
-    out = args.out if args.out is not None else Path("orcasim-out") / sc.name
-    written = res.write(out, plots=not args.no_plots)
-    print(f"\nwrote {len(written)} files to {out}/: {', '.join(p.name for p in written)}")
-    return 0
-
-

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from orcasim.errors import OrcasimError
+from orcasim.errors import UsageError
 from orcasim.experiments.stats import format_pm
 
 if TYPE_CHECKING:
@@ -71,11 +71,11 @@ def matching_params(a: pd.DataFrame, pa: list[str], b: pd.DataFrame, pb: list[st
     varied_b = [p for p in pb if b[p].nunique(dropna=False) > 1]
     for p in varied_a:
         if p not in varied_b:
-            raise OrcasimError(f"sweep A varies {p} but sweep B does not: compare sweeps over "
+            raise UsageError(f"sweep A varies {p} but sweep B does not: compare sweeps over "
                                "the same grid")
     for p in varied_b:
         if p not in varied_a:
-            raise OrcasimError(f"sweep B varies {p} but sweep A does not: compare sweeps over "
+            raise UsageError(f"sweep B varies {p} but sweep A does not: compare sweeps over "
                                "the same grid")
     return varied_a
 
@@ -106,7 +106,7 @@ def compare(
         metrics = [m for m in SUMMARY_METRICS if m in da.columns and m in db.columns]
     for m in metrics:
         if m not in da.columns or m not in db.columns:
-            raise OrcasimError(f"metric {m!r} is not in both sweeps")
+            raise UsageError(f"metric {m!r} is not in both sweeps")
     groups_b = dict(iter(db.groupby(keys, sort=False))) if keys else {(): db}
     rows = []
     for key, ga in (da.groupby(keys, sort=False) if keys else [((), da)]):
@@ -130,7 +130,7 @@ def compare(
                          "rel_diff": diff / ma if ma else math.nan, "p_value": p,
                          "significant": bool(p < alpha)})
     if not rows:
-        raise OrcasimError("the two sweeps have no grid point in common")
+        raise UsageError("the two sweeps have no grid point in common")
     return pd.DataFrame(rows)
 
 

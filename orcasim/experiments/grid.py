@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from orcasim.errors import OrcasimError, ScenarioError
+from orcasim.errors import ScenarioError, UsageError
 from orcasim.scenario import Scenario, VariantConfig
 
 VARIANT = "variant"
@@ -49,7 +49,6 @@ class Task:
     keep_requests: bool
     cfg: VariantConfig | None = None
     run_id: str = ""
-    error: str = ""  # set when the point is invalid; the run is then not executed
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -60,23 +59,23 @@ def parse_grid_arg(text: str) -> tuple[str, list[Any]]:
     is parsed whole, for values that contain commas.
     """
     if "=" not in text:
-        raise OrcasimError(f"--grid {text!r}: expected FIELD=VALUE1,VALUE2,...")
+        raise UsageError(f"--grid {text!r}: expected FIELD=VALUE1,VALUE2,...")
     key, _, rest = text.partition("=")
     key = key.strip()
     if not key:
-        raise OrcasimError(f"--grid {text!r}: the field name is empty")
+        raise UsageError(f"--grid {text!r}: the field name is empty")
     rest = rest.strip()
     try:
         if rest.startswith("["):
             values = yaml.safe_load(rest)
             if not isinstance(values, list):
-                raise OrcasimError(f"--grid {key}: expected a list of values")
+                raise UsageError(f"--grid {key}: expected a list of values")
         else:
             values = [yaml.safe_load(v) if v.strip() else None for v in rest.split(",")]
     except yaml.YAMLError:
-        raise OrcasimError(f"--grid {key}: cannot parse the values {rest!r}") from None
+        raise UsageError(f"--grid {key}: cannot parse the values {rest!r}") from None
     if not values:
-        raise OrcasimError(f"--grid {key}: needs at least one value")
+        raise UsageError(f"--grid {key}: needs at least one value")
     return key, values
 
 
@@ -132,6 +131,22 @@ def run_key(cfg: VariantConfig, seed: int) -> str:
     return _digest({"variant": cfg.name, "config": conf}, 16)
 
 
+def check_grid(grid: Mapping[str, Sequence[Any]]) -> None:
+    """Every key has values and none twice (``4`` and ``4.0`` are one value); else a
+    :class:`ScenarioError` naming the key."""
+    for key, values in grid.items():
+        if not values:
+            raise ScenarioError(f"grid {key}", "needs at least one value")
+        seen: dict[str, Any] = {}
+        for v in values:
+            c = _canonical(v)
+            if c in seen:
+                same = (f"{v!r} is given twice" if repr(v) == repr(seen[c])
+                        else f"{seen[c]!r} and {v!r} are the same value")
+                raise ScenarioError(f"grid {key}", f"{same}: each point would run twice")
+            seen[c] = v
+
+
 def plan(
     scenario: Scenario,
     grid: Mapping[str, Sequence[Any]],
@@ -141,25 +156,51 @@ def plan(
 ) -> tuple[list[Point], list[Task]]:
     """The points and the runs of a sweep, point by point.
 
-    A point whose settings do not validate becomes runs that carry the error
-    (one line naming the field) instead of a configuration.
+    Every point's configuration is built here, before anything runs: a point
+    that does not validate is a :class:`ScenarioError` naming the grid key and
+    value at fault (or the whole point, when only the combination is wrong).
     """
     points = expand(grid, scenario.variant_names)
+    scenarios: dict[str, Scenario] = {}
     tasks: list[Task] = []
     for p in points:
-        overrides = {k: v for k, v in p.params.items() if k != VARIANT}
-        cfg: VariantConfig | None = None
-        error = ""
-        try:
-            cfg = scenario.override(overrides).variant(str(p.params[VARIANT]))
-        except ScenarioError as err:
-            error = str(err)
-        except KeyError as err:
-            error = str(err.args[0])
+        cfg = _point_config(scenario, p.params, scenarios)
         for rep in range(seeds):
             seed = derive_seed(base_seed, p.params, rep)
-            t = Task(p, rep, seed, rep < keep_requests, cfg, error=error)
-            t.run_id = run_key(cfg, seed) if cfg is not None else _digest(
-                {"invalid": p.params, "seed": seed}, 16)
+            t = Task(p, rep, seed, rep < keep_requests, cfg)
+            t.run_id = run_key(cfg, seed)
             tasks.append(t)
     return points, tasks
+
+
+def _point_config(
+    scenario: Scenario, params: Mapping[str, Any], cache: dict[str, Scenario]
+) -> VariantConfig:
+    """The configuration of the point ``params``; ``cache`` holds the scenario of each
+    setting of the non-variant keys, built once for all of its variants."""
+    overrides = {k: v for k, v in params.items() if k != VARIANT}
+    key = repr(list(overrides.items()))
+    if key not in cache:
+        try:
+            cache[key] = scenario.override(overrides)
+        except ScenarioError as err:
+            raise _culprit(scenario, overrides, err) from None
+    variant = params[VARIANT]
+    try:
+        return cache[key].variant(str(variant))
+    except KeyError:
+        raise ScenarioError(f"grid {VARIANT}={variant!r}", f"no variant {variant!r} (have: "
+                            f"{', '.join(scenario.variant_names)})", scenario.source) from None
+
+
+def _culprit(scenario: Scenario, overrides: Mapping[str, Any], err: ScenarioError) -> ScenarioError:
+    """``err`` naming the grid key and value that fail on their own (else the whole point)."""
+    where = ", ".join(f"{k}={v!r}" for k, v in overrides.items())
+    for k, v in overrides.items():
+        try:
+            scenario.override({k: v})
+        except ScenarioError as alone:
+            err, where = alone, f"{k}={v!r}"
+            break
+    detail = f"{err.field}: {err.message}" if err.field else err.message
+    return ScenarioError(f"grid {where}", detail, err.source or scenario.source)

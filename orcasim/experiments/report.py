@@ -94,19 +94,22 @@ class Doc:
         return "\n".join(out)
 
     def markdown(self, image_dir: str) -> str:
-        out = [f"# {self.title}", ""]
+        """The report as Markdown; every text is escaped (see :func:`_md_inline`), so user
+        strings (scenario, variant and grid names and values) render as written."""
+        out = [f"# {_md_inline(self.title)}", ""]
         for kind, x in self.blocks:
             if kind == "h2":
-                out += [f"## {x}", ""]
+                out += [f"## {_md_inline(x)}", ""]
             elif kind == "p":
-                out += [x, ""]
+                out += [_md_inline(x), ""]
             elif kind == "ul":
-                out += [f"- {s}" for s in x] + [""]
+                out += [f"- {_md_inline(s)}" for s in x] + [""]
             elif kind == "table":
                 out += [_md_table(x), ""]
             elif kind == "img":
                 name, caption = x
-                out += [f"![{caption}]({image_dir}/{name}.png)", "", f"*{caption}*", ""]
+                text = _md_inline(caption)
+                out += [f"![{text}]({image_dir}/{name}.png)", "", f"*{text}*", ""]
         return "\n".join(out)
 
 
@@ -131,11 +134,39 @@ def _inline_html(text: str) -> str:
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
 
 
+#: characters with a meaning in Markdown (or HTML, which Markdown passes through) inline; an
+#: underscore between two word characters is plain text (``throughput_tok_s``)
+MD_SPECIAL = re.compile(r"([\\`*\[\]<>&|~]|(?<!\w)_|_(?!\w))")
+#: what makes a line a heading, quote, list item or rule when it starts it
+MD_LINE_START = re.compile(r"^(\s*)([-+=#]|\d+(?=[.)]))")
+
+
+def _md_text(text: str, line_start: bool = True) -> str:
+    """``text`` on one line with every Markdown- or HTML-significant character escaped
+    (and, at a ``line_start``, what would make the line a heading or a list item)."""
+    flat = MD_SPECIAL.sub(r"\\\1", re.sub(r"\s+", " ", str(text)))
+    if not line_start:
+        return flat
+    m = MD_LINE_START.match(flat)
+    if m is None:
+        return flat
+    lead, mark = m[1], m[2]
+    escaped = f"{mark}\\" if mark[0].isdigit() else f"\\{mark}"
+    return lead + escaped + flat[m.end():]
+
+
+def _md_inline(text: str) -> str:
+    """A report text as Markdown: its `code` spans kept as code, the rest escaped."""
+    parts = re.split(r"`([^`]+)`", str(text))
+    return "".join(f"`{part}`" if i % 2 else _md_text(part, line_start=i == 0)
+                   for i, part in enumerate(parts))
+
+
 def _md_table(df: pd.DataFrame) -> str:
-    cols = [str(c) for c in df.columns]
+    cols = [_md_text(str(c)) for c in df.columns]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for row in df.itertuples(index=False):
-        cells = ["-" if _isnan(v) else str(v).replace("|", "\\|") for v in row]
+        cells = ["-" if _isnan(v) else _md_text(str(v)) for v in row]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -146,7 +177,15 @@ def _isnan(v: Any) -> bool:
 
 def write_report(sweep_dir: str | Path, out: str | Path | None = None,
                  metrics: Sequence[str] | None = None) -> dict[str, Path]:
-    """Write ``report.html`` and ``report.md`` (default: into the sweep directory)."""
+    """Write ``report.html`` and ``report.md`` (default: into the sweep directory).
+
+    ``out`` is created (with its parents) when missing; a :class:`~orcasim.errors.UsageError`
+    when it cannot be, or when ``sweep_dir`` is not a sweep, before anything is written.
+    """
+    from orcasim.commands.common import check_output_dir
+
+    if out is not None:
+        check_output_dir(out, "out")
     store = SweepStore(sweep_dir)
     manifest = store.manifest()
     df = store.results()

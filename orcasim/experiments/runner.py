@@ -6,7 +6,13 @@ cluster (joblib's own backends: no scheduler of ours). The parent process
 receives each finished run as soon as it completes and stores it at once
 (see :mod:`orcasim.experiments.store`), so an interrupted sweep loses only
 the runs in flight and the same call later skips everything already done.
-A run that raises is recorded with its error and the others go on.
+A run that raises is recorded with its error and the others go on; the
+call then warns (:class:`~orcasim.errors.FailedRunsWarning`).
+
+Everything a user can get wrong is checked before the output directory is
+created or any run starts: the arguments, the output location, and the
+configuration of every grid point (a :class:`~orcasim.errors.ScenarioError`
+naming the grid key and value).
 """
 
 from __future__ import annotations
@@ -16,20 +22,30 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orcasim.errors import OrcasimError
-from orcasim.experiments.grid import VARIANT, Task, plan
-from orcasim.experiments.store import META_COLUMNS, STATUS_COLUMNS, SweepStore, assemble
+from orcasim.errors import FailedRunsWarning, OrcasimError, ScenarioError, UsageError
+from orcasim.experiments.grid import VARIANT, Task, check_grid, plan
+from orcasim.experiments.store import (
+    META_COLUMNS,
+    STATUS_COLUMNS,
+    SweepStore,
+    assemble,
+    first_line,
+)
 from orcasim.scenario import Scenario, VariantConfig, load_scenario
 
 if TYPE_CHECKING:
     import pandas as pd
 
 BACKENDS = ("loky", "dask", "ray")
+
+#: what a finished run sends back: ``(run_id, row, files)``
+RunResult = tuple[str, dict[str, Any], dict[str, bytes]]
 
 
 def execute_run(
@@ -114,20 +130,16 @@ def sweep(
     """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
-    if backend not in BACKENDS:
-        raise OrcasimError(f"unknown backend {backend!r} (one of: {', '.join(BACKENDS)})")
+    _check_args(backend, n_jobs, seeds, seed, keep_requests)
+    if out is not None:
+        from orcasim.commands.common import check_output_dir
+
+        check_output_dir(out, "out")
     opts = scenario.model.sweep
     full_grid: dict[str, list[Any]] = dict(opts.grid) if opts is not None else {}
     full_grid.update({k: list(v) for k, v in (grid or {}).items()})
-    for k, v in full_grid.items():
-        if not v:
-            raise OrcasimError(f"grid {k}: needs at least one value")
-        if k in META_COLUMNS or k in STATUS_COLUMNS:
-            hint = " (use --seeds and --seed for seeds)" if k == "seed" else ""
-            raise OrcasimError(f"grid {k}: the results table has a column of that name{hint}")
+    _check_keys(full_grid)
     n_seeds = seeds if seeds is not None else (opts.seeds if opts is not None else 1)
-    if n_seeds < 1:
-        raise OrcasimError(f"seeds must be >= 1 (got {n_seeds})")
     base = seed if seed is not None else (
         opts.seed if opts is not None and opts.seed is not None else scenario.seed)
     keep = keep_requests if keep_requests is not None else (
@@ -135,36 +147,47 @@ def sweep(
     if out is None:
         keep = 0
     points, tasks = plan(scenario, full_grid, n_seeds, base, keep)
-    params = list(points[0].params) if points else [VARIANT]
-    store = SweepStore(out) if out is not None else None
-    t_start = time.time()
     manifest = {
         "scenario": scenario.name,
         "source": scenario.source,
         "description": scenario.model.description,
         "overrides": [[k, v] for k, v in scenario.overrides],
         "grid": {k: list(v) for k, v in full_grid.items()},
-        "params": params,
+        "params": list(points[0].params) if points else [VARIANT],
         "seeds": n_seeds,
         "base_seed": base,
         "keep_requests": keep,
         "points": [{"point_id": p.point_id, **p.params} for p in points],
         "num_runs": len(tasks),
     }
+    store = SweepStore(out) if out is not None else None
+    todo = [t for t in tasks if store is None or not store.is_done(t, retry_failed)]
+    with _cluster(backend, scheduler, address) if todo else nullcontext():
+        if store is not None:
+            store.prepare()
+            store.write_manifest(manifest)
+        df = _run(tasks, todo, manifest, store, progress,
+                  lambda todo: _execute(todo, n_jobs, backend, scheduler, address))
+    _warn_failed(df)
+    return df
+
+
+def _run(
+    tasks: list[Task], todo: list[Task], manifest: dict[str, Any], store: SweepStore | None,
+    progress: bool, execute: Callable[[list[Task]], Iterator[RunResult]],
+) -> pd.DataFrame:
+    """Run ``todo``, storing each run as it finishes; the table of every task that is done.
+
+    An interruption (Ctrl-C, a backend that fails) still writes the table of
+    what finished, then propagates.
+    """
+    t_start = time.time()
     memory: dict[str, dict[str, Any]] = {}
-    if store is not None:
-        store.prepare()
-        store.write_manifest(manifest)
-        todo = [t for t in tasks if not t.error and not store.is_done(t, retry_failed)]
-    else:
-        todo = [t for t in tasks if not t.error]
-    num_invalid = sum(1 for t in tasks if t.error)
-    stats = {"total": len(tasks), "computed": 0, "reused": len(tasks) - len(todo) - num_invalid,
-             "invalid": num_invalid, "failed": 0}
+    stats = {"total": len(tasks), "computed": 0, "reused": len(tasks) - len(todo), "failed": 0}
     interrupted: BaseException | None = None
     try:
         with _progress(tasks, todo, progress) as tick:
-            for run_id, row, files in _execute(todo, n_jobs, backend, scheduler, address):
+            for run_id, row, files in execute(todo):
                 if store is not None:
                     store.write_run(run_id, row, files)
                 else:
@@ -174,8 +197,10 @@ def sweep(
                 tick(run_id)
     except (KeyboardInterrupt, OrcasimError) as err:
         interrupted = err
+    params = manifest["params"]
     df = assemble(tasks, params, store.load_run if store is not None else memory.get)
-    df.attrs["sweep"] = {**stats, "wall_s": time.time() - t_start, "out": str(out)}
+    df.attrs["sweep"] = {**stats, "wall_s": time.time() - t_start,
+                         "out": str(store.root) if store is not None else "None"}
     if store is not None:
         store.write_table(df)
         manifest["last_invocation"] = df.attrs["sweep"]
@@ -183,9 +208,43 @@ def sweep(
     if interrupted is not None:
         if isinstance(interrupted, OrcasimError) and store is not None:
             raise OrcasimError(f"{interrupted}; {len(df)} of {len(tasks)} runs are saved in "
-                               f"{out}: run the same sweep again to resume") from None
+                               f"{store.root}: run the same sweep again to resume") from None
         raise interrupted
     return df
+
+
+def _check_args(
+    backend: str, n_jobs: int | None, seeds: int | None, seed: int | None,
+    keep_requests: int | None,
+) -> None:
+    """The arguments of :func:`sweep` that do not depend on the scenario."""
+    if backend not in BACKENDS:
+        raise UsageError(f"unknown backend {backend!r} (one of: {', '.join(BACKENDS)})")
+    if n_jobs is not None and n_jobs < 1 and n_jobs != -1:
+        raise UsageError(f"n_jobs must be >= 1, or -1 for every core (got {n_jobs})")
+    if seeds is not None and seeds < 1:
+        raise UsageError(f"seeds must be >= 1 (got {seeds})")
+    if seed is not None and seed < 0:
+        raise UsageError(f"the base seed must be >= 0 (got {seed})")
+    if keep_requests is not None and keep_requests < 0:
+        raise UsageError(f"keep_requests must be >= 0 (got {keep_requests})")
+
+
+def _check_keys(grid: dict[str, list[Any]]) -> None:
+    """Grid keys that are not columns of the results table; values given once each."""
+    for k in grid:
+        if k in META_COLUMNS or k in STATUS_COLUMNS:
+            hint = " (use --seeds and --seed for seeds)" if k == "seed" else ""
+            raise ScenarioError(f"grid {k}", f"the results table has a column of that name{hint}")
+    check_grid(grid)
+
+
+def _warn_failed(df: pd.DataFrame) -> None:
+    """A :class:`FailedRunsWarning` when some runs of ``df`` failed, with the first error."""
+    bad = df[df["status"] != "ok"]
+    if not bad.empty:
+        warnings.warn(f"{len(bad)} of {len(df)} runs failed, e.g. run {bad['run_id'].iloc[0]}: "
+                      f"{bad['error'].iloc[0]}", FailedRunsWarning, stacklevel=3)
 
 
 @contextmanager
@@ -245,7 +304,6 @@ def _execute(
             yield execute_run(t.cfg, t.seed, t.keep_requests, t.run_id)  # type: ignore[arg-type]
         return
     with ExitStack() as stack:
-        stack.enter_context(_cluster(backend, scheduler, address))
         if backend != "loky":
             stack.enter_context(joblib.parallel_config(backend=backend))
         kw: dict[str, Any] = {"backend": "loky"} if backend == "loky" else {}
@@ -263,12 +321,7 @@ def _execute(
             raise
         except Exception as err:  # a worker or the cluster went away
             raise OrcasimError(f"the {backend} backend failed: {type(err).__name__}: "
-                               f"{_first_line(err)}") from err
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else ""
+                               f"{first_line(err)}") from err
 
 
 @contextmanager
@@ -278,20 +331,20 @@ def _cluster(backend: str, scheduler: str | None, address: str | None) -> Iterat
         try:
             from distributed import Client, get_client
         except ImportError:
-            raise OrcasimError("the dask backend needs dask.distributed: "
+            raise UsageError("the dask backend needs dask.distributed: "
                                "pip install 'orcasim[dask]'") from None
         if scheduler is None:
             try:
                 get_client()
             except ValueError:
-                raise OrcasimError("the dask backend needs --scheduler tcp://HOST:8786 "
+                raise UsageError("the dask backend needs --scheduler tcp://HOST:8786 "
                                    "(or a running distributed.Client)") from None
             yield
             return
         try:
             client = Client(scheduler, timeout=30)
         except OSError as err:
-            raise OrcasimError(f"cannot reach the dask scheduler {scheduler}: {err}") from None
+            raise UsageError(f"cannot reach the dask scheduler {scheduler}: {err}") from None
         try:
             yield
         finally:
@@ -301,7 +354,7 @@ def _cluster(backend: str, scheduler: str | None, address: str | None) -> Iterat
             import ray
             from ray.util.joblib import register_ray
         except ImportError:
-            raise OrcasimError("the ray backend needs ray: pip install 'orcasim[ray]'") from None
+            raise UsageError("the ray backend needs ray: pip install 'orcasim[ray]'") from None
         started = not ray.is_initialized()
         if started:
             ray.init(address=address or "auto")

@@ -42,6 +42,17 @@ STATUS_COLUMNS = (
 )
 
 
+#: keys every sweep.json has (what reports and comparisons read)
+MANIFEST_KEYS = ("scenario", "source", "grid", "params", "seeds", "base_seed", "points",
+                 "num_runs")
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none)."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
 def atomic_write(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the whole new one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -103,18 +114,26 @@ class SweepStore:
                                                 + "\n").encode())
 
     def manifest(self) -> dict[str, Any]:
-        from orcasim.errors import OrcasimError
+        """The sweep's ``sweep.json``; a :class:`UsageError` when ``root`` is not a sweep."""
+        from orcasim.errors import UsageError
 
+        if not self.root.is_dir():
+            what = "it does not exist" if not self.root.exists() else "not a directory"
+            raise UsageError(f"{self.root}: not a sweep directory ({what})")
         p = self.root / "sweep.json"
         try:
-            return json.loads(p.read_text())  # type: ignore[no-any-return]
+            data = json.loads(p.read_text())
         except FileNotFoundError:
-            raise OrcasimError(f"{self.root}: not a sweep directory (no sweep.json)") from None
+            raise UsageError(f"{self.root}: not a sweep directory (no sweep.json)") from None
         except (OSError, ValueError) as err:
-            raise OrcasimError(f"{p}: cannot read: {err}") from None
+            raise UsageError(f"{p}: cannot read: {getattr(err, 'strerror', None) or err}") from None
+        missing = [k for k in MANIFEST_KEYS if not isinstance(data, dict) or k not in data]
+        if missing:
+            raise UsageError(f"{p}: not a sweep manifest (no {missing[0]!r})")
+        return data  # type: ignore[no-any-return]
 
     def assemble(self, tasks: Iterable[Task], params: list[str]) -> pd.DataFrame:
-        """The long-format table of every run of ``tasks`` that is done (or invalid)."""
+        """The long-format table of every run of ``tasks`` that is done."""
         return assemble(tasks, params, self.load_run)
 
     def write_table(self, df: pd.DataFrame) -> list[Path]:
@@ -133,12 +152,19 @@ class SweepStore:
         """The assembled table (results.parquet)."""
         import pandas as pd
 
-        from orcasim.errors import OrcasimError
+        from orcasim.errors import UsageError
 
         p = self.root / "results.parquet"
         if not p.exists():
-            raise OrcasimError(f"{self.root}: no results.parquet (run `orcasim sweep` first)")
-        return pd.read_parquet(p)
+            raise UsageError(f"{self.root}: no results.parquet (run `orcasim sweep` first)")
+        try:
+            df = pd.read_parquet(p)
+        except (OSError, ValueError) as err:
+            raise UsageError(f"{p}: cannot read: {first_line(err)}") from None
+        missing = [c for c in (*META_COLUMNS, *STATUS_COLUMNS) if c not in df.columns]
+        if missing:
+            raise UsageError(f"{p}: not a sweep's results table (no column {missing[0]!r})")
+        return df
 
     def requests(self, run_id: str) -> pd.DataFrame | None:
         """The kept per-request rows of a run, or None."""
@@ -158,16 +184,13 @@ class SweepStore:
 def assemble(
     tasks: Iterable[Task], params: list[str], load: Callable[[str], dict[str, Any] | None]
 ) -> pd.DataFrame:
-    """The long-format table of every run of ``tasks`` that ``load(run_id)`` finds (or invalid)."""
+    """The long-format table of every run of ``tasks`` that ``load(run_id)`` finds."""
     import pandas as pd
 
     rows = []
     metric_order: dict[str, None] = {}
     for t in tasks:
-        if t.error:
-            stored: dict[str, Any] | None = {"status": "invalid", "error": t.error}
-        else:
-            stored = load(t.run_id)
+        stored = load(t.run_id)
         if stored is None:
             continue
         row: dict[str, Any] = {"run_id": t.run_id, "point_id": t.point.point_id,

@@ -1,11 +1,25 @@
-"""The latency-model interface."""
+"""The latency-model interface, and the limits on its coefficients.
+
+Every coefficient is a finite number of seconds (or seconds per sequence,
+per token) of at most :data:`MAX_STEP_SECONDS`, so a step's time stays
+finite for any batch the limits on workloads allow, and every statistic of
+a run is a finite number.
+"""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Annotated, ClassVar
+
+from pydantic import Field
 
 from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
+
+#: the largest value of any latency coefficient (a step's fixed time, a cost per token), s
+MAX_STEP_SECONDS = 3600.0
+
+#: a latency coefficient: finite, in ``[0, MAX_STEP_SECONDS]`` seconds
+Coefficient = Annotated[float, Field(ge=0, le=MAX_STEP_SECONDS, allow_inf_nan=False)]
 
 
 class LatencyModel:

@@ -12,9 +12,10 @@ the notebook's model, where prompts are treated as already cached.
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
+from pydantic_core import PydanticCustomError
 
-from orcasim.latency.base import LatencyModel
+from orcasim.latency.base import Coefficient, LatencyModel
 from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
 from orcasim.registry import latency_models
@@ -25,10 +26,23 @@ class LinearLatency(LatencyModel):
     """``base + per_seq*B + per_token*T (+ per_prefill_token*prefill tokens)`` seconds."""
 
     class Params(ComponentParams):
-        base: float = Field(0.005, ge=0, description="fixed cost per step, seconds")
-        per_seq: float = Field(0.0008, ge=0, description="cost per sequence in the batch, s")
-        per_token: float = Field(0.00002, ge=0, description="cost per KV token read, s")
-        per_prefill_token: float = Field(0.0, ge=0, description="cost per prompt token computed, s")
+        base: Coefficient = Field(0.005, description="fixed cost per step, seconds (finite, "
+                                  "at most 3600: MAX_STEP_SECONDS, as every coefficient)")
+        per_seq: Coefficient = Field(0.0008, description="cost per sequence in the batch, s")
+        per_token: Coefficient = Field(0.00002, description="cost per KV token read, s")
+        per_prefill_token: Coefficient = Field(0.0, description="cost per prompt token "
+                                               "computed, s")
+
+        @model_validator(mode="after")
+        def _some_cost(self) -> LinearLatency.Params:
+            if not (self.base or self.per_seq or self.per_token or self.per_prefill_token):
+                raise PydanticCustomError("value_error", "every coefficient is 0: steps would "
+                                          "take no time")
+            if not (self.base or self.per_seq):
+                raise PydanticCustomError("value_error", "base and per_seq are both 0: a step "
+                                          "that reads no KV tokens would take no time; give "
+                                          "one of them a value > 0")
+            return self
 
     def __init__(self, params: Params) -> None:
         super().__init__(params)
@@ -53,7 +67,8 @@ class ConstantLatency(LatencyModel):
     """Every step takes ``step_time`` seconds (worked examples, step-clock runs)."""
 
     class Params(ComponentParams):
-        step_time: float = Field(1.0, gt=0, description="seconds per step")
+        step_time: Coefficient = Field(1.0, gt=0, description="seconds per step (finite, at "
+                                       "most 3600: MAX_STEP_SECONDS)")
 
     def __init__(self, params: Params) -> None:
         super().__init__(params)

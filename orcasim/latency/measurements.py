@@ -10,8 +10,10 @@ One row per measured step::
 ``decode_tokens`` the prompt and generated-token positions it computed,
 ``kv_tokens`` the cached tokens it read (the quantities of a
 :class:`~orcasim.plan.StepPlan`), ``seconds`` its duration. Extra columns
-are ignored. Every row must be complete, numeric and non-negative, and
-``seconds`` > 0; a bad row is an error naming the file and line.
+are ignored. Every row must be complete, numeric and non-negative, the
+counts at most :data:`MAX_STEP_COUNT`, and ``seconds`` in ``(0,``
+:data:`~orcasim.latency.base.MAX_STEP_SECONDS` ``]``; a bad row is an
+error naming the file and line.
 """
 
 from __future__ import annotations
@@ -21,8 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
+from orcasim.latency.base import MAX_STEP_SECONDS
 from orcasim.plan import StepPlan
-from orcasim.workload.traces import TraceError, csv_columns, float_column
+from orcasim.workload.base import MAX_REQUESTS_PER_RUN, MAX_TOKENS_PER_REQUEST
+from orcasim.workload.traces import ENCODING, TraceError, csv_columns, float_column
+
+#: the largest count a measured step may have: every token of the largest run
+MAX_STEP_COUNT = float(MAX_REQUESTS_PER_RUN) * MAX_TOKENS_PER_REQUEST
 
 FEATURES = ("batch_size", "prefill_tokens", "decode_tokens", "kv_tokens")
 COLUMNS = (*FEATURES, "seconds")
@@ -48,7 +55,7 @@ def load_measurements(path: str | Path) -> Measurements:
     """Read a measured-steps CSV; a missing file or malformed row is a :class:`TraceError`."""
     name = str(path)
     try:
-        text = Path(path).expanduser().read_text(encoding="utf-8")
+        text = Path(path).expanduser().read_text(encoding=ENCODING)
     except (OSError, UnicodeDecodeError) as err:
         raise TraceError(name, f"cannot read: {getattr(err, 'strerror', None) or err}") from None
     cols, lines = csv_columns(text, name, COLUMNS)
@@ -58,6 +65,15 @@ def load_measurements(path: str | Path) -> Measurements:
     if bad.size:
         raise TraceError(name, f"seconds: {cols['seconds'][bad[0]]!r} must be > 0",
                          lines[bad[0]])
+    bad = np.flatnonzero(seconds > MAX_STEP_SECONDS)
+    if bad.size:
+        raise TraceError(name, f"seconds: {cols['seconds'][bad[0]]!r} is more than the limit "
+                         f"of {MAX_STEP_SECONDS:g} s per step (MAX_STEP_SECONDS)", lines[bad[0]])
+    for j, col in enumerate(FEATURES):
+        bad = np.flatnonzero(x[:, j] > MAX_STEP_COUNT)
+        if bad.size:
+            raise TraceError(name, f"{col}: {cols[col][bad[0]]!r} is more than the limit of "
+                             f"{MAX_STEP_COUNT:g}", lines[bad[0]])
     bad = np.flatnonzero(x[:, 0] < 1)
     if bad.size:
         raise TraceError(name, "batch_size must be >= 1", lines[bad[0]])

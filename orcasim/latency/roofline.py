@@ -23,10 +23,15 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from orcasim.hardware import GPUS, MODELS, GPUSpec, ModelSpec
-from orcasim.latency.base import LatencyModel
+from orcasim.latency.base import Coefficient, LatencyModel
 from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
 from orcasim.registry import latency_models
+
+#: the lowest compute or bandwidth efficiency (a fraction of the GPU's peak)
+MIN_EFFICIENCY = 0.001
+#: the lowest all-reduce bandwidth, bytes/s
+MIN_ALLREDUCE_BANDWIDTH = 1e6
 
 
 class RooflineParams(ComponentParams):
@@ -35,14 +40,17 @@ class RooflineParams(ComponentParams):
     model: str = Field("llama-2-7b", description="model preset (orcasim.hardware.MODELS)")
     gpu: str = Field("a100-80gb", description="GPU preset (orcasim.hardware.GPUS)")
     tp: int = Field(1, ge=1, description="tensor-parallel GPUs")
-    compute_efficiency: float = Field(0.6, gt=0, le=1, description="achieved / peak FLOP/s")
-    bandwidth_efficiency: float = Field(0.8, gt=0, le=1, description="achieved / peak HBM "
-                                        "bandwidth")
-    overhead: float = Field(0.001, ge=0, description="fixed time per step, s (scheduling, "
-                            "sampling, launches)")
-    allreduce_bandwidth: float = Field(150e9, gt=0, description="all-reduce bus bandwidth per "
-                                       "GPU, bytes/s (tp > 1)")
-    allreduce_latency: float = Field(5e-6, ge=0, description="fixed time per all-reduce, s")
+    compute_efficiency: float = Field(0.6, ge=MIN_EFFICIENCY, le=1, description="achieved / "
+                                      "peak FLOP/s, 0.001 to 1")
+    bandwidth_efficiency: float = Field(0.8, ge=MIN_EFFICIENCY, le=1, description="achieved / "
+                                        "peak HBM bandwidth, 0.001 to 1")
+    overhead: Coefficient = Field(0.001, description="fixed time per step, s (scheduling, "
+                                  "sampling, launches; at most 3600)")
+    allreduce_bandwidth: float = Field(150e9, ge=MIN_ALLREDUCE_BANDWIDTH, allow_inf_nan=False,
+                                       description="all-reduce bus bandwidth per GPU, bytes/s "
+                                       "(tp > 1; at least 1e6)")
+    allreduce_latency: Coefficient = Field(5e-6, description="fixed time per all-reduce, s "
+                                           "(at most 3600)")
 
     @model_validator(mode="after")
     def _presets(self) -> RooflineParams:

@@ -16,11 +16,12 @@ averaged. Then:
   inputs scaled to unit range, and the nearest measurement outside their
   convex hull.
 
-An interpolated time that is not > 0 stops the run with the step's numbers.
+An interpolated time that is not a finite number > 0 stops the run with the step's numbers.
 """
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from itertools import product
 from typing import Literal
@@ -153,7 +154,7 @@ class TableLatency(LatencyModel):
         full = (plan.num_seqs, plan.num_prefill_tokens, plan.num_decode_tokens,
                 plan.num_kv_tokens)
         t = self._fn([float(full[j]) for j in self._keep])
-        if not t > 0:
+        if not (t > 0 and math.isfinite(t)):
             raise OrcasimError(
                 f"{self.source}: the table gives {t:.6g} s for a step with batch_size "
                 f"{full[0]}, prefill_tokens {full[1]}, decode_tokens {full[2]}, kv_tokens "

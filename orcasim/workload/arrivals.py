@@ -17,16 +17,32 @@ absolute times (seconds from the start of the run):
 
 from __future__ import annotations
 
+import math
 from itertools import pairwise
 from typing import Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 
-from orcasim.errors import OrcasimError
+from orcasim.errors import OrcasimError, ScenarioError
 from orcasim.params import ComponentParams
 from orcasim.registry import arrivals
+from orcasim.workload.base import (
+    MAX_RATE,
+    MAX_REQUESTS_PER_RUN,
+    MAX_SECONDS,
+    FiniteFloat,
+    PositiveSeconds,
+    Rate,
+    Seconds,
+    check_items,
+)
 from orcasim.workload.distributions import ArrivalProcess
+
+#: the most state changes an ``mmpp`` or ``onoff`` process may make to draw its arrivals
+MAX_STATE_CHANGES = 10_000_000
+#: a state with more arrivals than this (and than needed) draws only the ones it keeps
+_BIG_DRAW = 10_000_000
 
 
 @arrivals.register("gamma")
@@ -39,13 +55,15 @@ class GammaArrivals(ArrivalProcess):
     """
 
     class Params(ComponentParams):
-        rate: float = Field(gt=0, description="requests per second (mean)")
-        cv: float = Field(1.0, gt=0, description="coefficient of variation of the gaps")
+        rate: Rate = Field(description="requests per second (mean)")
+        cv: FiniteFloat = Field(1.0, ge=0.001, le=100, description="coefficient of variation "
+                                "of the gaps, 0.001 to 100")
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         p = self.params
         k = 1.0 / (p.cv * p.cv)
-        return np.cumsum(rng.gamma(k, 1.0 / (k * p.rate), size=n))
+        scale = 1.0 / (k * p.rate) if k * p.rate > 0 else math.inf  # a rate that underflows
+        return np.cumsum(rng.gamma(k, scale, size=n))
 
 
 def _modulated(rng: np.random.Generator, n: int, rates: list[float], means: list[float],
@@ -56,6 +74,12 @@ def _modulated(rng: np.random.Generator, n: int, rates: list[float], means: list
     ``means[i]`` when ``fixed``). Within a state the arrivals are Poisson:
     a Poisson count for the state's duration, placed uniformly.
     """
+    per_cycle = sum(r * d for r, d in zip(rates, means, strict=True))
+    changes = len(rates) * n / per_cycle if per_cycle > 0 else math.inf
+    if changes > MAX_STATE_CHANGES:
+        raise ScenarioError("workload.arrival", f"{n} arrivals at {per_cycle:.3g} per cycle of "
+                            f"states need about {changes:.3g} state changes, more than "
+                            f"{MAX_STATE_CHANGES:,}: raise the rates or lengthen the durations")
     out: list[np.ndarray] = []
     got = 0
     t = 0.0
@@ -65,12 +89,26 @@ def _modulated(rng: np.random.Generator, n: int, rates: list[float], means: list
         r = rates[state]
         if r > 0:
             k = int(rng.poisson(r * d))
-            if k:
+            if k > _BIG_DRAW and k > n - got:
+                out.append(t + d * _first_uniforms(rng, n - got, k))
+                got = n
+            elif k:
                 out.append(np.sort(t + d * rng.random(k)))
                 got += k
         t += d
         state = (state + 1) % len(rates)
     return np.concatenate(out)[:n]
+
+
+def _first_uniforms(rng: np.random.Generator, m: int, k: int) -> np.ndarray:
+    """The ``m`` smallest of ``k`` sorted uniform draws on [0, 1), without drawing all ``k``.
+
+    Sorted uniforms are the partial sums of ``k + 1`` unit exponentials over
+    their total; the first ``m`` sums are drawn, the rest of the total is one
+    Gamma(``k + 1 - m``) draw.
+    """
+    s = np.cumsum(rng.exponential(1.0, size=m))
+    return s / (s[-1] + rng.gamma(k + 1 - m))
 
 
 @arrivals.register("mmpp")
@@ -84,8 +122,10 @@ class MMPP(ArrivalProcess):
     """
 
     class Params(ComponentParams):
-        rates: list[float] = Field(min_length=1, description="rate of each state, req/s")
-        mean_durations: list[float] = Field(min_length=1, description="mean time in each state, s")
+        rates: list[float] = Field(min_length=1, description="rate of each state, req/s "
+                                   "(finite, at most 1e6: MAX_RATE)")
+        mean_durations: list[float] = Field(min_length=1, description="mean time in each "
+                                            "state, s (finite, at most 1e9: MAX_SECONDS)")
         holding: Literal["exponential", "fixed"] = "exponential"
         start_state: int = Field(0, ge=0, description="state at t = 0")
 
@@ -94,10 +134,10 @@ class MMPP(ArrivalProcess):
             if len(self.rates) != len(self.mean_durations):
                 raise ValueError(f"rates has {len(self.rates)} states, mean_durations has "
                                  f"{len(self.mean_durations)}")
+            check_items(self.rates, "rates", 0, MAX_RATE)
+            check_items(self.mean_durations, "mean_durations", 0, MAX_SECONDS, above_lo=True)
             if any(r < 0 for r in self.rates) or not any(r > 0 for r in self.rates):
                 raise ValueError("rates must be >= 0 and at least one must be > 0")
-            if any(d <= 0 for d in self.mean_durations):
-                raise ValueError("mean_durations must be > 0")
             if self.start_state >= len(self.rates):
                 raise ValueError(f"start_state must be < {len(self.rates)}")
             return self
@@ -116,10 +156,12 @@ class OnOff(ArrivalProcess):
     """
 
     class Params(ComponentParams):
-        rate_on: float = Field(gt=0, description="requests per second during a burst")
-        rate_off: float = Field(0.0, ge=0, description="requests per second between bursts")
-        mean_on: float = Field(gt=0, description="mean burst length, s")
-        mean_off: float = Field(gt=0, description="mean quiet time between bursts, s")
+        rate_on: Rate = Field(le=MAX_RATE, description="requests per second during a burst "
+                              "(at most 1e6)")
+        rate_off: float = Field(0.0, ge=0, le=MAX_RATE, description="requests per second "
+                                "between bursts")
+        mean_on: PositiveSeconds = Field(description="mean burst length, s (at most 1e9)")
+        mean_off: PositiveSeconds = Field(description="mean quiet time between bursts, s")
         holding: Literal["exponential", "fixed"] = "exponential"
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -142,19 +184,25 @@ class Diurnal(ArrivalProcess):
     """
 
     class Params(ComponentParams):
-        period: float = Field(86400.0, gt=0, description="length of one cycle, s")
-        mean_rate: float | None = Field(None, gt=0, description="average rate, req/s (cosine)")
-        amplitude: float = Field(0.5, ge=0, le=1, description="peak = mean x (1 + amplitude)")
-        peak_at: float = Field(50400.0, ge=0, description="time of the peak in the period, s")
+        period: PositiveSeconds = Field(86400.0, ge=1e-3, description="length of one cycle, "
+                                        "s (1 ms to 1e9 s)")
+        mean_rate: float | None = Field(None, gt=0, le=MAX_RATE, description="average rate, "
+                                        "req/s (cosine; at most 1e6)")
+        amplitude: FiniteFloat = Field(0.5, ge=0, le=1, description="peak = mean x (1 + "
+                                       "amplitude)")
+        peak_at: Seconds = Field(50400.0, description="time of the peak in the period, s")
         curve: list[tuple[float, float]] | None = Field(
-            None, description="[time s, rate req/s] points instead of the cosine")
-        start: float = Field(0.0, ge=0, description="time in the period at which the run starts")
+            None, description="[time s, rate req/s] points instead of the cosine (rates at "
+            "most 1e6)")
+        start: Seconds = Field(0.0, description="time in the period at which the run starts")
 
         @model_validator(mode="after")
         def _check(self) -> Diurnal.Params:
             if (self.mean_rate is None) == (self.curve is None):
                 raise ValueError("give either mean_rate (a cosine) or curve (points), not both")
             if self.curve is not None:
+                check_items([t for t, _ in self.curve], "curve", 0, MAX_SECONDS)
+                check_items([r for _, r in self.curve], "curve", 0, MAX_RATE)
                 ts = [t for t, _ in self.curve]
                 if not ts or any(b <= a for a, b in pairwise(ts)):
                     raise ValueError("curve times must be increasing")
@@ -213,10 +261,13 @@ class TraceWindow(ComponentParams):
 
     file: str = Field(description="trace file path, or a shipped slice (e.g. azure_conv)")
     format: Literal["auto", "azure", "mooncake", "lengths", "sharegpt"] = "auto"
-    start: float = Field(0.0, ge=0, description="replay from this trace time, s")
-    end: float | None = Field(None, gt=0, description="replay up to (not including) this time, s")
-    speedup: float = Field(1.0, gt=0, description="replay at this many times the trace's rate")
-    rate: float | None = Field(None, gt=0, description="replay at this mean rate instead, req/s")
+    start: FiniteFloat = Field(0.0, ge=0, description="replay from this trace time, s")
+    end: float | None = Field(None, gt=0, allow_inf_nan=False, description="replay up to (not "
+                              "including) this time, s")
+    speedup: FiniteFloat = Field(1.0, gt=0, le=1e9, description="replay at this many times "
+                                 "the trace's rate (at most 1e9)")
+    rate: float | None = Field(None, gt=0, allow_inf_nan=False, description="replay at this "
+                               "mean rate instead, req/s")
 
     @model_validator(mode="after")
     def _check(self) -> TraceWindow:
@@ -227,18 +278,27 @@ class TraceWindow(ComponentParams):
         return self
 
 
-def replay_times(times: np.ndarray, w: TraceWindow, source: str) -> tuple[np.ndarray, np.ndarray]:
+def replay_times(times: np.ndarray, w: TraceWindow, source: str, where: str = "workload"
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """``(row indices, run times)`` of the trace rows inside the window, rescaled.
 
     Run time = (trace time - ``start``) / speed-up, so the window's start is
     the run's t = 0. With ``rate``, the speed-up is ``rate`` divided by the
-    window's own rate, (rows - 1) / (last time - first time).
+    window's own rate, (rows - 1) / (last time - first time). An empty
+    window, or one of more than :data:`MAX_REQUESTS_PER_RUN` rows, is a
+    :class:`ScenarioError` naming the window fields under ``where``.
     """
     lo = int(np.searchsorted(times, w.start, side="left"))
     hi = len(times) if w.end is None else int(np.searchsorted(times, w.end, side="left"))
+    fields = f"{where}.start" + ("" if w.end is None else f", {where}.end")
     if hi <= lo:
-        raise OrcasimError(f"{source}: no requests between trace times {w.start:g} s and "
-                           f"{'the end' if w.end is None else f'{w.end:g} s'}")
+        upto = "the end" if w.end is None else f"{w.end:g} s"
+        raise ScenarioError(fields, f"no trace rows between {w.start:g} s and {upto} (the "
+                            f"trace's times run from {times[0]:g} s to {times[-1]:g} s)",
+                            source)
+    if hi - lo > MAX_REQUESTS_PER_RUN:
+        raise ScenarioError(fields, f"the window holds {hi - lo:,} rows, more than the limit "
+                            f"of {MAX_REQUESTS_PER_RUN:,} requests per run", source)
     idx = np.arange(lo, hi)
     speedup = w.speedup
     if w.rate is not None:
@@ -267,7 +327,7 @@ class TraceArrivals(ArrivalProcess):
         trace = load_trace(p.file, p.format)
         if trace.arrival is None:
             raise OrcasimError(f"{trace.source}: this trace has no arrival times")
-        _, t = replay_times(trace.arrival, p, trace.source)
+        _, t = replay_times(trace.arrival, p, trace.source, "workload.arrival")
         if len(t) < n:
             raise OrcasimError(f"{trace.source}: the window holds {len(t)} arrivals, fewer than "
                                f"the {n} requests asked for")

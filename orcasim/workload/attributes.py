@@ -17,22 +17,32 @@ from pydantic import Field, field_validator
 
 from orcasim.errors import OrcasimError
 from orcasim.params import ComponentParams
-from orcasim.workload.base import WorkloadArrays
+from orcasim.workload.base import (
+    LIMITS_NOTE,
+    MAX_PRIORITY,
+    MAX_SECONDS,
+    FiniteFloat,
+    TokenCount,
+    WorkloadArrays,
+)
 
 
 class RequestClass(ComponentParams):
     """One traffic class and the attributes of its requests."""
 
     name: str = Field(description="class name (Request.cls), e.g. interactive or batch")
-    weight: float = Field(1.0, gt=0, description="relative share of requests")
-    priority: int = Field(0, description="lower is served first by priority policies")
+    weight: FiniteFloat = Field(1.0, gt=0, le=1e9, description="relative share of requests "
+                                "(at most 1e9)")
+    priority: int = Field(0, ge=-MAX_PRIORITY, le=MAX_PRIORITY, description="lower is served "
+                          "first by priority policies (within +-1e9)")
     tenant: str | None = None
-    deadline: float | None = Field(None, gt=0, description="latency target, s after arrival")
+    deadline: float | None = Field(None, gt=0, le=MAX_SECONDS, description="latency target, "
+                                   "s after arrival (at most 1e9)")
     n: int = Field(1, ge=1, description="parallel samples per request (only 1 is simulated)")
     beam_width: int = Field(1, ge=1, description="beams per request (only 1 is simulated)")
     prefix_id: str | None = Field(None, description="requests with this id share a prefix")
-    prefix_len: int = Field(0, ge=0, description="tokens of the shared prefix, added to "
-                            "the front of each prompt")
+    prefix_len: TokenCount = Field(0, description="tokens of the shared prefix, added to "
+                                   f"the front of each prompt ({LIMITS_NOTE})")
 
 
     @field_validator("n", "beam_width")

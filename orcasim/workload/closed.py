@@ -20,20 +20,40 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from orcasim.errors import OrcasimError
+from orcasim.errors import OrcasimError, ScenarioError
 from orcasim.params import ComponentParams
 from orcasim.registry import arrivals, lengths, workloads
 from orcasim.spec import Nested
 from orcasim.workload.attributes import ClassesField, apply_classes
-from orcasim.workload.base import Workload, WorkloadArrays
+from orcasim.workload.base import (
+    LIMITS_NOTE,
+    MAX_REQUESTS_PER_RUN,
+    MAX_TOKENS_PER_REQUEST,
+    TOKEN_LIMIT,
+    RequestCount,
+    Seconds,
+    TokenCount,
+    Workload,
+    WorkloadArrays,
+    field_error,
+)
+from orcasim.workload.distributions import (
+    check_request_count,
+    draw_arrivals,
+    draw_lengths,
+    refuse_empty_outputs,
+)
+
+#: the most prefix-cache block ids (``hash_ids``) a ``sessions`` workload may generate
+MAX_HASH_IDS_PER_RUN = 100_000_000
 
 
 class ThinkTime(ComponentParams):
     """Mixin: the pause between an answer and the next request."""
 
-    think_time: float = Field(1.0, ge=0, description="mean think time, s")
+    think_time: Seconds = Field(1.0, description="mean think time, s (at most 1e9)")
     think_dist: Literal["exponential", "fixed"] = "exponential"
 
     def draw_think(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -52,18 +72,31 @@ class ClosedLoop(Workload):
     """
 
     class Params(ThinkTime, ClassesField):
-        num_clients: int = Field(gt=0)
-        requests_per_client: int = Field(gt=0)
+        num_clients: RequestCount = Field(description="clients (num_clients x "
+                                          "requests_per_client at most 100,000,000)")
+        requests_per_client: RequestCount = Field(description="requests each client sends")
         prompt_len: Annotated[Any, Nested(lengths)]
         output_len: Annotated[Any, Nested(lengths)]
-        ramp_up: float = Field(0.0, ge=0, description="first requests spread over this long, s")
+        ramp_up: Seconds = Field(0.0, description="first requests spread over this long, s")
+
+        _outputs = field_validator("output_len")(refuse_empty_outputs)
+
+        @model_validator(mode="after")
+        def _total(self) -> ClosedLoop.Params:
+            n = self.num_clients * self.requests_per_client
+            if n > MAX_REQUESTS_PER_RUN:
+                raise field_error(("requests_per_client",), f"num_clients x requests_per_client "
+                                  f"is {n:,} requests, more than the limit of "
+                                  f"{MAX_REQUESTS_PER_RUN:,} per run (MAX_REQUESTS_PER_RUN)",
+                                  self.requests_per_client)
+            return self
 
     def generate(self, rng: np.random.Generator) -> WorkloadArrays:
         p = self.params
         c, m = p.num_clients, p.requests_per_client
         n = c * m
-        prompt = p.prompt_len.create().sample(rng, n)
-        output = p.output_len.create().sample(rng, n)
+        prompt = draw_lengths(p.prompt_len, rng, n, "workload.prompt_len")
+        output = draw_lengths(p.output_len, rng, n, "workload.output_len")
         think = p.draw_think(rng, n)
         idx = np.arange(n)
         after = np.where(idx >= c, idx - c, -1)
@@ -96,16 +129,20 @@ class Sessions(Workload):
     """
 
     class Params(ThinkTime, ClassesField):
-        num_sessions: int | None = Field(None, gt=0, description="default: every conversation "
-                                         "in file")
+        num_sessions: int | None = Field(None, gt=0, le=MAX_REQUESTS_PER_RUN,
+                                         description="default: every conversation in file "
+                                         "(at most 100,000,000)")
         arrival: Annotated[Any, Nested(arrivals)]
         turns: Annotated[Any, Nested(lengths)] = Field(None, description="turns per session")
         input_len: Annotated[Any, Nested(lengths)] = Field(None, description="new tokens per turn")
         output_len: Annotated[Any, Nested(lengths)] = None
         file: str | None = Field(None, description="ShareGPT JSON conversations")
         tokenizer: str | None = Field(None, description="tokenizer.json to count file tokens")
-        system_prompt_len: int = Field(0, ge=0, description="tokens shared by every session")
-        hash_block_size: int = Field(16, gt=0, description="tokens per hash_ids entry")
+        system_prompt_len: TokenCount = Field(0, description="tokens shared by every session "
+                                              f"({LIMITS_NOTE})")
+        hash_block_size: TokenCount = Field(16, gt=0, description="tokens per hash_ids entry")
+
+        _outputs = field_validator("output_len")(refuse_empty_outputs)
 
         @model_validator(mode="after")
         def _source(self) -> Sessions.Params:
@@ -123,10 +160,11 @@ class Sessions(Workload):
         """Per turn: session, new input tokens, output tokens (drawn)."""
         p = self.params
         s = p.num_sessions
-        turns = np.maximum(np.asarray(p.turns.create().sample(rng, s), dtype=np.int64), 1)
+        turns = np.maximum(draw_lengths(p.turns, rng, s, "workload.turns"), 1)
         total = int(turns.sum())
-        new = np.asarray(p.input_len.create().sample(rng, total), dtype=np.int64)
-        out = np.maximum(np.asarray(p.output_len.create().sample(rng, total), dtype=np.int64), 1)
+        check_request_count(total, "workload.turns")
+        new = draw_lengths(p.input_len, rng, total, "workload.input_len")
+        out = np.maximum(draw_lengths(p.output_len, rng, total, "workload.output_len"), 1)
         return np.repeat(np.arange(s), turns), new, out
 
     def _from_file(self) -> tuple[np.ndarray, ...]:
@@ -147,7 +185,7 @@ class Sessions(Workload):
         session, new, output = self._drawn(rng) if p.file is None else self._from_file()
         num_sessions = int(session[-1]) + 1
         n = len(session)
-        starts = p.arrival.create().sample(rng, num_sessions)
+        starts = draw_arrivals(p.arrival, rng, num_sessions, "workload.arrival")
         think = p.draw_think(rng, n)
         # turn k's prompt: system + everything before it + its new input
         first = np.flatnonzero(np.r_[True, session[1:] != session[:-1]])
@@ -155,6 +193,7 @@ class Sessions(Workload):
         before = np.cumsum(step) - step
         before -= np.repeat(before[first], np.diff(np.r_[first, n]))
         prompt = p.system_prompt_len + before + new
+        self._check_prompts(prompt, session, first)
         after = np.arange(n) - 1
         after[first] = -1
         think[first] = 0.0
@@ -169,6 +208,27 @@ class Sessions(Workload):
         out.attrs["hash_ids"] = self._hash_ids(session, prompt, first)
         out.attrs["hash_block_size"] = [p.hash_block_size] * n
         return apply_classes(out, p.classes, rng, groups=session)
+
+    def _check_prompts(self, prompt: np.ndarray, session: np.ndarray, first: np.ndarray
+                       ) -> None:
+        """Refuse conversations that outgrow a request, or more block ids than a run may hold.
+
+        A turn's prompt holds the whole conversation so far, so it can pass
+        :data:`MAX_TOKENS_PER_REQUEST` although each drawn length is within it.
+        """
+        bad = np.flatnonzero(prompt > MAX_TOKENS_PER_REQUEST)
+        if bad.size:
+            k = int(bad[0])
+            turn = k - int(first[np.searchsorted(first, k, side="right") - 1])
+            raise ScenarioError("workload", f"session {int(session[k])}, turn {turn}: the "
+                                f"conversation reaches {int(prompt[k]):,} prompt tokens, more "
+                                f"than {TOKEN_LIMIT}: fewer turns or shorter lengths")
+        bs = self.params.hash_block_size
+        ids = int((-(-prompt // bs)).sum())
+        if ids > MAX_HASH_IDS_PER_RUN:
+            raise ScenarioError("workload.hash_block_size", f"the sessions' prompts need "
+                                f"{ids:,} block ids (hash_ids), more than the limit of "
+                                f"{MAX_HASH_IDS_PER_RUN:,}: use larger blocks or fewer turns")
 
     def _hash_ids(self, session: np.ndarray, prompt: np.ndarray, first: np.ndarray
                   ) -> list[list[int]]:

@@ -25,6 +25,7 @@ from pydantic import Field, model_validator
 
 from orcasim.errors import OrcasimError
 from orcasim.registry import lengths
+from orcasim.workload.base import LIMITS_NOTE, MAX_TOKENS_PER_REQUEST, check_items
 from orcasim.workload.distributions import LengthDist, _clip, _Clipped
 
 Column = Literal["prompt", "output"]
@@ -45,7 +46,8 @@ class Empirical(LengthDist):
         file: str | None = Field(None, description="trace file path or shipped slice name")
         format: Literal["auto", "azure", "mooncake", "lengths", "sharegpt"] = "auto"
         column: Column | None = Field(None, description="prompt or output")
-        values: list[int] | None = Field(None, description="the values, instead of a file")
+        values: list[int] | None = Field(None, description="the values, instead of a file "
+                                         f"({LIMITS_NOTE})")
         sample: Literal["bootstrap", "in_order"] = "bootstrap"
 
         @model_validator(mode="after")
@@ -56,6 +58,8 @@ class Empirical(LengthDist):
                 raise ValueError("column (prompt or output) is required with file")
             if self.values is not None and (not self.values or min(self.values) < 0):
                 raise ValueError("values must be a non-empty list of counts >= 0")
+            if self.values is not None:
+                check_items(self.values, "values", 0, MAX_TOKENS_PER_REQUEST)
             return self
 
     def data(self) -> np.ndarray:

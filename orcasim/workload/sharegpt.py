@@ -83,8 +83,12 @@ def load_sharegpt(text: str, source: str, tokenizer: str | None = None) -> Trace
     """Parse ShareGPT JSON ``text`` into a per-turn :class:`Trace` (no arrival times)."""
     try:
         data = json.loads(text)
+    except RecursionError:
+        raise TraceError(source, "nested too deeply") from None
     except json.JSONDecodeError as err:
         raise TraceError(source, f"invalid JSON: {err.msg}", err.lineno) from None
+    except ValueError:  # an integer of more digits than Python converts
+        raise TraceError(source, "invalid JSON: a number has too many digits") from None
     if not isinstance(data, list):
         raise TraceError(source, "expected a JSON list of conversations", 1)
     convs = []

@@ -10,7 +10,8 @@ from pydantic import Field, field_validator
 from orcasim.registry import arrivals, lengths, workloads
 from orcasim.spec import Nested
 from orcasim.workload.attributes import ClassesField, apply_classes
-from orcasim.workload.base import Workload, WorkloadArrays
+from orcasim.workload.base import RequestCount, Workload, WorkloadArrays
+from orcasim.workload.distributions import draw_arrivals, draw_lengths, refuse_empty_outputs
 
 Column = Literal["arrival", "prompt_len", "output_len"]
 
@@ -25,7 +26,8 @@ class Synthetic(Workload):
     """
 
     class Params(ClassesField):
-        num_requests: int = Field(gt=0)
+        num_requests: RequestCount = Field(description="requests in the run (at most "
+                                           "100,000,000: MAX_REQUESTS_PER_RUN)")
         arrival: Annotated[Any, Nested(arrivals)]
         prompt_len: Annotated[Any, Nested(lengths)]
         output_len: Annotated[Any, Nested(lengths)]
@@ -38,11 +40,16 @@ class Synthetic(Workload):
                 raise ValueError("must name arrival, prompt_len and output_len once each")
             return v
 
+        _outputs = field_validator("output_len")(refuse_empty_outputs)
+
     def generate(self, rng: np.random.Generator) -> WorkloadArrays:
         p = self.params
         cols: dict[str, np.ndarray] = {}
         for col in p.draw_order:
-            cols[col] = getattr(p, col).create().sample(rng, p.num_requests)
+            spec, field = getattr(p, col), f"workload.{col}"
+            n = p.num_requests
+            cols[col] = draw_arrivals(spec, rng, n, field) if col == "arrival" else \
+                draw_lengths(spec, rng, n, field)
         out = WorkloadArrays(
             arrival=np.asarray(cols["arrival"], dtype=np.float64),
             prompt_len=np.asarray(cols["prompt_len"], dtype=np.int64),

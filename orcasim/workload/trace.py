@@ -12,7 +12,8 @@ from orcasim.registry import arrivals, workloads
 from orcasim.spec import Nested
 from orcasim.workload.arrivals import TraceWindow, replay_times
 from orcasim.workload.attributes import ClassesField, apply_classes
-from orcasim.workload.base import Workload, WorkloadArrays
+from orcasim.workload.base import MAX_REQUESTS_PER_RUN, TokenCount, Workload, WorkloadArrays
+from orcasim.workload.distributions import check_request_count, draw_arrivals
 from orcasim.workload.traces import load_trace
 
 
@@ -31,11 +32,12 @@ class TraceWorkload(Workload):
     """
 
     class Params(TraceWindow, ClassesField):
-        max_requests: int | None = Field(None, gt=0, description="keep only the first rows")
+        max_requests: int | None = Field(None, gt=0, le=MAX_REQUESTS_PER_RUN, description="keep "
+                                         "only the first rows (at most 100,000,000)")
         arrival: Annotated[Any, Nested(arrivals)] = Field(
             None, description="arrival process replacing the trace's times")
         shuffle: bool = Field(False, description="with arrival: take rows in random order")
-        hash_block_size: int = Field(512, gt=0, description="tokens per hash_ids entry")
+        hash_block_size: TokenCount = Field(512, gt=0, description="tokens per hash_ids entry")
         tokenizer: str | None = Field(None, description="tokenizer.json for ShareGPT JSON text")
 
         @model_validator(mode="after")
@@ -58,7 +60,7 @@ class TraceWorkload(Workload):
             if trace.arrival is None:
                 raise OrcasimError(f"{src}: this trace has no arrival times; give the workload "
                                    "an arrival process (workload.arrival)")
-            rows, times = replay_times(trace.arrival, p, src)
+            rows, times = replay_times(trace.arrival, p, src, "workload")
             if p.max_requests is not None:
                 rows, times = rows[: p.max_requests], times[: p.max_requests]
         else:
@@ -72,7 +74,8 @@ class TraceWorkload(Workload):
                     raise OrcasimError(f"{src}: {len(rows)} rows, fewer than max_requests "
                                        f"({p.max_requests})")
                 rows = rows[: p.max_requests]
-            times = p.arrival.create().sample(rng, len(rows))
+            check_request_count(len(rows), "workload.max_requests")
+            times = draw_arrivals(p.arrival, rng, len(rows), "workload.arrival")
         out = WorkloadArrays(
             arrival=np.asarray(times, dtype=np.float64),
             prompt_len=trace.prompt_len[rows].copy(),

@@ -7,9 +7,12 @@ seconds and tokens). ``file`` is a path or the name of a slice shipped in
 ``bwb_lengths``; see the README there for sources and licences).
 
 Every row becomes a request or the file is refused: a missing column, a
-field that is not a number, a negative length, an output of zero tokens or a
-timestamp earlier than the one before it stops the load with one line naming
-the file and line (:class:`TraceError`). Loaded traces are cached by path,
+field that is not a number, a negative length, a length beyond
+:data:`~orcasim.workload.base.MAX_TOKENS_PER_REQUEST`, an output of zero
+tokens, a timestamp that is not finite or earlier than the one before it, or
+a JSON line nested too deeply stops the load with one line naming the file
+and line (:class:`TraceError`). Files are read as UTF-8, with or without a
+byte-order mark. Loaded traces are cached by path,
 modification time and options, so sweeps read a file once.
 """
 
@@ -29,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from orcasim.errors import OrcasimError
+from orcasim.workload.base import MAX_TOKENS_PER_REQUEST
 
 SHIPPED = {
     "azure_conv": "azure_conv.csv",
@@ -43,6 +47,10 @@ FORMATS = ("auto", "azure", "mooncake", "lengths", "sharegpt")
 
 #: characters per token of the estimate used when no tokenizer is given
 CHARS_PER_TOKEN = 4
+#: text encoding of trace files: UTF-8, skipping a byte-order mark if there is one
+ENCODING = "utf-8-sig"
+#: the largest block id a Mooncake ``hash_ids`` list may hold
+MAX_HASH_ID = 2**63 - 1
 
 
 class TraceError(OrcasimError):
@@ -112,10 +120,13 @@ def _detect(path: Any, name: str) -> str:
     if suffix == ".json":
         return "sharegpt"
     try:
-        with path.open("r", encoding="utf-8") as fh:
+        with path.open("r", encoding=ENCODING) as fh:
             header = fh.readline()
+            blank = not header.strip() and not fh.read(4096).strip()
     except (OSError, UnicodeDecodeError) as err:
         raise TraceError(name, f"cannot read: {err}") from None
+    if blank:
+        raise TraceError(name, "the trace has no rows")
     cols = [c.strip() for c in header.split(",")]
     if "TIMESTAMP" in cols:
         return "azure"
@@ -150,9 +161,11 @@ def _load_cached(path: Any, name: str, stamp: tuple[int, int], format: str,
                  tokenizer: str | None, hash_block_size: int) -> Trace:
     """The trace at ``path``; ``stamp`` (mtime, size) is in the key so an edited file reloads."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding=ENCODING)
     except (OSError, UnicodeDecodeError) as err:
         raise TraceError(name, f"cannot read: {err}") from None
+    if not text.strip():
+        raise TraceError(name, "the trace has no rows")
     if format == "azure":
         trace = _azure(text, name)
     elif format == "lengths":
@@ -179,7 +192,7 @@ def csv_columns(text: str, name: str, need: Sequence[str]
     try:
         header = [c.strip() for c in next(reader)]
     except StopIteration:
-        raise TraceError(name, "the file is empty", 1) from None
+        raise TraceError(name, "the trace has no rows") from None
     missing = [c for c in need if c not in header]
     if missing:
         raise TraceError(name, f"missing column {missing[0]!r} (columns: {', '.join(header)})", 1)
@@ -200,42 +213,64 @@ def csv_columns(text: str, name: str, need: Sequence[str]
     return cols, lines
 
 
-def int_column(values: list[Any], column: str, name: str, lines: list[int], *, min_value: int = 0
-          ) -> np.ndarray:
-    """Integer column; the first value that is not a whole number >= ``min_value`` is an error.
+def int_column(values: list[Any], column: str, name: str, lines: list[int], *, min_value: int = 0,
+               max_value: int = MAX_TOKENS_PER_REQUEST) -> np.ndarray:
+    """Integer column; the first value that is not a whole number in range is an error.
 
-    CSV fields (strings) are parsed by numpy in one pass; JSON values must be
-    numbers with no fractional part, never booleans or strings.
+    The range is ``[min_value, max_value]`` (by default at most
+    :data:`~orcasim.workload.base.MAX_TOKENS_PER_REQUEST` tokens). CSV fields
+    (strings) are parsed by numpy in one pass; JSON values must be numbers
+    with no fractional part, never booleans or strings.
     """
     from_csv = isinstance(values[0], str)
-    ok = _csv_int if from_csv else _json_int
     a = None
-    if from_csv:
-        try:
+    try:
+        if from_csv:
             a = np.array(values, dtype=np.int64)
-        except (ValueError, OverflowError):
-            a = None
-    elif all(ok(v) for v in values):
-        a = np.array([int(v) for v in values], dtype=np.int64)
+        elif all(_json_int(v) for v in values):
+            a = np.array([int(v) for v in values], dtype=np.int64)
+    except (ValueError, OverflowError):
+        a = None
     if a is None:
-        for v, line in zip(values, lines, strict=True):
-            if not ok(v):
-                raise TraceError(name, f"{column}: {v!r} is not a whole number", line)
-        raise TraceError(name, f"{column}: a value is out of range")
-    bad = np.flatnonzero(a < min_value)
+        _first_bad_int(values, from_csv, column, name, lines, min_value, max_value)
+        raise TraceError(name, f"{column}: a value is out of range", lines[0])
+    bad = np.flatnonzero((a < min_value) | (a > max_value))
     if bad.size:
         k = int(bad[0])
-        what = "negative" if a[k] < 0 else f"below {min_value}"
-        raise TraceError(name, f"{column}: {int(a[k])} is {what}", lines[k])
+        raise TraceError(name, _range_problem(column, int(a[k]), min_value, max_value), lines[k])
     return a
 
 
-def _csv_int(v: Any) -> bool:
-    try:
-        int(v)
-        return True
-    except (ValueError, TypeError):
-        return False
+def _first_bad_int(values: list[Any], from_csv: bool, column: str, name: str, lines: list[int],
+                   min_value: int, max_value: int) -> None:
+    """Raise :class:`TraceError` at the first value that is not a whole number in range."""
+    for v, line in zip(values, lines, strict=True):
+        n = _as_int(v, from_csv)
+        if n is None:
+            raise TraceError(name, f"{column}: {_show(v)} is not a whole number", line)
+        if not min_value <= n <= max_value:
+            raise TraceError(name, _range_problem(column, n, min_value, max_value, v), line)
+
+
+def _range_problem(column: str, n: int, min_value: int, max_value: int, raw: Any = None) -> str:
+    """Why ``n`` (read as ``raw``) is outside ``[min_value, max_value]``."""
+    shown = _show(n if raw is None or isinstance(raw, str) else raw)
+    if n > max_value:
+        return (f"{column}: {shown} is more than the limit of {max_value:,} tokens per "
+                "request (MAX_TOKENS_PER_REQUEST)")
+    return f"{column}: {shown} is {'negative' if n < 0 else f'below {min_value}'}"
+
+
+def _as_int(v: Any, from_csv: bool) -> int | None:
+    """``v`` as a whole number (a CSV string, or a JSON number), or ``None``."""
+    if from_csv and isinstance(v, str):
+        try:
+            return int(v)
+        except ValueError:
+            return None
+    if _json_int(v):
+        return int(v)
+    return None
 
 
 def _json_int(v: Any) -> bool:
@@ -244,21 +279,33 @@ def _json_int(v: Any) -> bool:
     return isinstance(v, int) or (isinstance(v, float) and v.is_integer())
 
 
+def _show(v: Any, width: int = 40) -> str:
+    """``repr(v)``, shortened to ``width`` characters for a one-line message."""
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10**width:
+        return f"a {len(str(abs(v)))}-digit number"
+    text = repr(v)
+    return text if len(text) <= width else f"{text[:width - 3]}..."
+
+
 def float_column(values: list[Any], column: str, name: str, lines: list[int]) -> np.ndarray:
     """Column of finite numbers >= 0; the first that is not is an error naming its line."""
     try:
         a = np.array(values, dtype=np.float64)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError):
         for v, line in zip(values, lines, strict=True):
             try:
                 float(v)
             except (ValueError, TypeError):
-                raise TraceError(name, f"{column}: {v!r} is not a number", line) from None
+                raise TraceError(name, f"{column}: {_show(v)} is not a number", line) from None
+            except OverflowError:
+                raise TraceError(name, f"{column}: {_show(v)} is not a finite number >= 0",
+                                 line) from None
         raise
     bad = np.flatnonzero(~np.isfinite(a) | (a < 0))
     if bad.size:
         k = int(bad[0])
-        raise TraceError(name, f"{column}: {values[k]!r} is not a finite number >= 0", lines[k])
+        raise TraceError(name, f"{column}: {_show(values[k])} is not a finite number >= 0",
+                         lines[k])
     return a
 
 
@@ -326,19 +373,19 @@ def _mooncake(text: str, name: str, block_size: int) -> Trace:
     for lineno, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
-        try:
-            row = json.loads(raw)
-        except json.JSONDecodeError as err:
-            raise TraceError(name, f"not a JSON object: {err.msg}", lineno) from None
-        if not isinstance(row, dict):
-            raise TraceError(name, "not a JSON object", lineno)
+        row = _json_row(raw, name, lineno)
         for key in ("timestamp", "input_length", "output_length", "hash_ids"):
             if key not in row:
                 raise TraceError(name, f"missing key {key!r}", lineno)
         ids = row["hash_ids"]
         if not isinstance(ids, list) or not all(type(h) is int and h >= 0 for h in ids):
             raise TraceError(name, "hash_ids must be a list of whole numbers >= 0", lineno)
+        if any(h > MAX_HASH_ID for h in ids):
+            raise TraceError(name, "hash_ids: a block id is more than 2**63 - 1", lineno)
         n_in = row["input_length"]
+        if type(n_in) is int and n_in > MAX_TOKENS_PER_REQUEST:
+            raise TraceError(name, _range_problem("input_length", n_in, 0,
+                                                  MAX_TOKENS_PER_REQUEST), lineno)
         if type(n_in) is int and n_in >= 0 and len(ids) != math.ceil(n_in / block_size):
             raise TraceError(name, f"{len(ids)} hash_ids for input_length {n_in}: expected "
                              f"ceil({n_in} / {block_size}) = {math.ceil(n_in / block_size)} "
@@ -349,10 +396,10 @@ def _mooncake(text: str, name: str, block_size: int) -> Trace:
         hashes.append(tuple(ids))
         lines.append(lineno)
     if not lines:
-        raise TraceError(name, "the trace has no rows", 1)
+        raise TraceError(name, "the trace has no rows")
     for v, line in zip(stamps, lines, strict=True):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise TraceError(name, f"timestamp: {v!r} is not a number", line)
+            raise TraceError(name, f"timestamp: {_show(v)} is not a number", line)
     t = float_column(stamps, "timestamp", name, lines) / 1000.0
     _check_sorted(t, "timestamp", name, lines)
     return Trace(
@@ -363,3 +410,18 @@ def _mooncake(text: str, name: str, block_size: int) -> Trace:
         hash_ids=tuple(hashes),
         hash_block_size=block_size,
     )
+
+
+def _json_row(raw: str, name: str, lineno: int) -> dict[str, Any]:
+    """One JSON Lines row as an object; malformed or deeply nested JSON is a :class:`TraceError`."""
+    try:
+        row = json.loads(raw)
+    except RecursionError:
+        raise TraceError(name, "nested too deeply", lineno) from None
+    except json.JSONDecodeError as err:
+        raise TraceError(name, f"not a JSON object: {err.msg}", lineno) from None
+    except ValueError:  # an integer of more digits than Python converts
+        raise TraceError(name, "a number has too many digits", lineno) from None
+    if not isinstance(row, dict):
+        raise TraceError(name, "not a JSON object", lineno)
+    return row

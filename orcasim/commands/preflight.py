@@ -1,0 +1,139 @@
+"""Every check a run makes before its first step, without simulating.
+
+:func:`check_scenario` builds each variant's components through their public
+APIs, in the order :func:`orcasim.simulation.run_variant` builds them (KV
+memory, policy, clients, latency model, admission controllers), times a
+one-sequence step and draws the workload. ``orcasim validate`` runs it on
+every variant, and ``orcasim run`` before it simulates, so a configuration
+``validate`` accepts is one ``run`` accepts, and a mistake in the last
+variant is reported before the first one runs. Every problem is a
+:class:`~orcasim.errors.ScenarioError` naming the variant and the section.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import simpy
+
+from orcasim.errors import EXIT_USAGE, OrcasimError, ScenarioError, SimulationError
+from orcasim.scenario import Scenario, VariantConfig
+from orcasim.workload.base import WorkloadArrays
+
+#: the step timed to check a latency model: one sequence decoding after a short prompt
+PROBE_SEQS, PROBE_KV_TOKENS = 1, 16
+
+
+class _Problem(Exception):
+    """A check failed in ``section``: ``message`` says why."""
+
+    def __init__(self, section: str, message: str) -> None:
+        super().__init__(section, message)
+        self.section = section
+        self.message = message
+
+
+def check_scenario(
+    sc: Scenario, seed: int | None = None, variants: list[str] | None = None
+) -> dict[str, WorkloadArrays]:
+    """Check the named variants (default: all) of ``sc``; return each one's workload.
+
+    ``seed`` overrides the variants' own seeds for the workload, as ``run --seed`` does.
+    """
+    chosen = [sc.variant(n) for n in variants] if variants else sc.variants
+    out: dict[str, WorkloadArrays] = {}
+    cache: dict[tuple[str, int], WorkloadArrays] = {}
+    for cfg in chosen:
+        s = cfg.seed if seed is None else seed
+        key = (repr(cfg.workload.to_dict()), s)
+        try:
+            if key not in cache:
+                cache[key] = _workload(cfg, s)
+            _check_variant(cfg, cache[key])
+        except _Problem as p:
+            prefix = f"variants.{cfg.name}: " if sc.model.variants else ""
+            raise ScenarioError(f"{prefix}{p.section}", p.message, sc.source) from None
+        out[cfg.name] = cache[key]
+    return out
+
+
+def _check_variant(cfg: VariantConfig, arrays: WorkloadArrays | None = None) -> None:
+    """Build ``cfg``'s components as a run does; raise :class:`_Problem` for the first
+    that fails. ``arrays`` (the drawn workload) decides whether clients are needed."""
+    from orcasim.context import SchedulerContext
+    from orcasim.metrics.recorder import Recorder
+
+    env = simpy.Environment()
+    rec = Recorder(series_capacity=cfg.output.series_capacity)
+    ctx = SchedulerContext(env, rec, seed=cfg.seed)
+    if cfg.memory is not None:
+        ctx.kv = _kv_pool(cfg, env, rec)
+    ctx.policy = _section("policy", lambda: cfg.policy.create(ctx))
+    attrs = arrays.attrs if arrays is not None else {}
+    if cfg.clients is not None or "patience" in attrs or "timeout" in attrs:
+        from orcasim.clients import Clients
+
+        ctx.clients = _section("clients", lambda: Clients(ctx, cfg.clients))
+    _check_latency(cfg)
+    for i, spec in enumerate(cfg.admission):
+        _section(f"admission.{i}", lambda spec=spec: spec.create(ctx))
+
+
+def _section(section: str, build: Any) -> Any:
+    """``build()``, with a configuration error turned into a :class:`_Problem` in ``section``."""
+    try:
+        return build()
+    except ScenarioError as err:
+        raise _scenario_problem(err, section) from None
+    except (OrcasimError, ValueError) as err:
+        raise _Problem(section, str(err)) from None
+
+
+def _scenario_problem(err: ScenarioError, section: str) -> _Problem:
+    if err.source:  # a file of its own (a trace): keep its name in the message
+        return _Problem(section, str(err))
+    return _Problem(err.field or section, err.message)
+
+
+def _kv_pool(cfg: VariantConfig, env: simpy.Environment, rec: Any) -> Any:
+    from orcasim.kv.pool import KVPool
+
+    pool = _section("memory", lambda: KVPool.from_options(env, cfg.memory, rec))
+    if not getattr(cfg.policy.cls, "models_kv_memory", False):
+        raise _Problem("memory", f"policy {cfg.policy.type!r} does not allocate KV memory "
+                       "(remove the memory section, or use a built-in policy)")
+    return pool
+
+
+def _check_latency(cfg: VariantConfig) -> None:
+    """The latency model builds and times a one-sequence step as positive and finite."""
+    from orcasim.plan import StepPlan
+
+    model = _section("engine.latency", cfg.latency.create)
+    plan = StepPlan(PROBE_SEQS, PROBE_KV_TOKENS)
+    raw = _section("engine.latency", lambda: model.step_time(plan))
+    try:
+        t = float(raw)
+    except (TypeError, ValueError):
+        t = math.nan
+    if not (math.isfinite(t) and t > 0):
+        raise _Problem("engine.latency", f"a step of {PROBE_SEQS} sequence with "
+                       f"{PROBE_KV_TOKENS} KV tokens takes {raw!r} s; a step time must be "
+                       "positive and finite")
+
+
+def _workload(cfg: VariantConfig, seed: int) -> WorkloadArrays:
+    """Draw ``cfg``'s requests as a run does (trace files read, windows checked)."""
+    from orcasim.simulation import generate_workload
+
+    try:
+        return generate_workload(cfg, seed)
+    except ScenarioError as err:
+        raise _scenario_problem(err, "workload") from None
+    except OrcasimError as err:
+        if isinstance(err, SimulationError) or err.exit_code == EXIT_USAGE:
+            raise  # a trace file's own error names the file and the line
+        raise _Problem("workload", str(err)) from None
+    except ValueError as err:
+        raise _Problem("workload", str(err)) from None
