@@ -12,7 +12,13 @@ Typical use from a notebook::
 """
 
 from orcasim import latency, policies, workload  # noqa: F401  (register built-in components)
-from orcasim.errors import OrcasimError, ScenarioError, SimulationError
+from orcasim.errors import (
+    FailedRunsWarning,
+    OrcasimError,
+    ScenarioError,
+    SimulationError,
+    UsageError,
+)
 from orcasim.experiments.runner import sweep
 from orcasim.metrics.results import Results, VariantResult
 from orcasim.plan import StepPlan
@@ -29,6 +35,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DecodeOnlyPolicy",
+    "FailedRunsWarning",
     "OrcasimError",
     "Policy",
     "PolicyParams",
@@ -40,6 +47,7 @@ __all__ = [
     "SimulationError",
     "StepPlan",
     "TokenPolicy",
+    "UsageError",
     "VariantResult",
     "__version__",
     "builtin_scenarios",

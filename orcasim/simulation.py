@@ -8,7 +8,9 @@ on the same requests.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import simpy
@@ -17,14 +19,18 @@ from orcasim.admission.base import Gate
 from orcasim.context import SchedulerContext
 from orcasim.control import control_process, first_time
 from orcasim.engine import Engine
-from orcasim.errors import ScenarioError, SimulationError
+from orcasim.errors import EXIT_USAGE, OrcasimError, ScenarioError, SimulationError
+from orcasim.latency.base import LatencyModel
 from orcasim.metrics.recorder import Recorder
 from orcasim.metrics.results import Results, VariantResult
 from orcasim.metrics.summary import summarize
+from orcasim.policies.base import Policy
 from orcasim.request import RequestState
 from orcasim.scenario import Scenario, VariantConfig, load_scenario
 from orcasim.source import make_source
 from orcasim.workload.base import WorkloadArrays
+
+T = TypeVar("T")
 
 
 def generate_workload(cfg: VariantConfig, seed: int | None = None) -> WorkloadArrays:
@@ -47,31 +53,8 @@ def run_variant(
     ``seed`` (default: the configuration's) seeds the policies' own generator
     (``ctx.rng``), which is independent of the workload's.
     """
-    env = simpy.Environment()
-    rec = Recorder(trace_steps=trace_steps, series_capacity=cfg.output.series_capacity)
-    ctx = SchedulerContext(env, rec, seed=cfg.seed if seed is None else seed)
-    if cfg.memory is not None:
-        from orcasim.kv.pool import KVPool
-
-        ctx.kv = KVPool.from_options(env, cfg.memory, rec)
-        if not getattr(cfg.policy.cls, "models_kv_memory", False):
-            raise ScenarioError("memory", f"policy {cfg.policy.type!r} does not allocate KV "
-                                "memory (remove the memory section, or use a built-in policy)")
-    policy = cfg.policy.create(ctx)
-    ctx.policy = policy
-    if cfg.clients is not None or "patience" in arrays.attrs or "timeout" in arrays.attrs:
-        from orcasim.clients import Clients
-
-        ctx.clients = Clients(ctx, cfg.clients)
-    latency = cfg.latency.create()
-    if cfg.admission or cfg.events:
-        ctx.gate = Gate(make_controllers(cfg, ctx),
-                        drain_at=first_time(cfg.events, "drain"),
-                        stop_at=first_time(cfg.events, "hard_stop"))
-    make_source(env, ctx, arrays)
-    engine = Engine(env, ctx, policy, latency)
-    if cfg.events:
-        env.process(control_process(env, engine, cfg.events))
+    m = build_model(cfg, arrays, trace_steps=trace_steps, seed=seed)
+    env, ctx, rec, engine, policy = m.env, m.ctx, m.recorder, m.engine, m.policy
     env.run()
     check_conservation(cfg, ctx, rec, len(arrays), env.now, engine)
     cols = rec.request_columns()
@@ -102,6 +85,71 @@ def run_variant(
         summary=summary,
         kv_series=rec.kv.rows() if rec.kv is not None else None,
     )
+
+
+@dataclass
+class Model:
+    """One configuration's SimPy model, built and ready to run."""
+
+    env: simpy.Environment
+    ctx: SchedulerContext
+    recorder: Recorder
+    policy: Policy
+    latency: LatencyModel
+    engine: Engine
+
+
+def build_model(
+    cfg: VariantConfig,
+    arrays: WorkloadArrays,
+    *,
+    trace_steps: bool = False,
+    seed: int | None = None,
+) -> Model:
+    """Build ``cfg``'s model on ``arrays``: KV memory, policy, clients, latency, admission,
+    source, engine and scenario events, in that order.
+
+    A configuration mistake is a :class:`ScenarioError` naming its section
+    (``memory``, ``policy``, ``clients``, ``engine.latency``, ``admission.N``).
+    ``orcasim validate`` builds the same model without running it.
+    """
+    env = simpy.Environment()
+    rec = Recorder(trace_steps=trace_steps, series_capacity=cfg.output.series_capacity)
+    ctx = SchedulerContext(env, rec, seed=cfg.seed if seed is None else seed)
+    if cfg.memory is not None:
+        from orcasim.kv.pool import KVPool
+
+        ctx.kv = _section("memory", lambda: KVPool.from_options(env, cfg.memory, rec))
+        if not getattr(cfg.policy.cls, "models_kv_memory", False):
+            raise ScenarioError("memory", f"policy {cfg.policy.type!r} does not allocate KV "
+                                "memory (remove the memory section, or use a built-in policy)")
+    policy = ctx.policy = _section("policy", lambda: cfg.policy.create(ctx))
+    if cfg.clients is not None or "patience" in arrays.attrs or "timeout" in arrays.attrs:
+        from orcasim.clients import Clients
+
+        ctx.clients = Clients(ctx, cfg.clients)
+    latency = _section("engine.latency", cfg.latency.create)
+    if cfg.admission or cfg.events:
+        ctx.gate = Gate(make_controllers(cfg, ctx),
+                        drain_at=first_time(cfg.events, "drain"),
+                        stop_at=first_time(cfg.events, "hard_stop"))
+    make_source(env, ctx, arrays)
+    engine = Engine(env, ctx, policy, latency)
+    if cfg.events:
+        env.process(control_process(env, engine, cfg.events))
+    return Model(env, ctx, rec, policy, latency, engine)
+
+
+def _section(section: str, build: Callable[[], T]) -> T:
+    """``build()``; a configuration error (not a :class:`ScenarioError`) names ``section``."""
+    try:
+        return build()
+    except OrcasimError as err:
+        if err.exit_code == EXIT_USAGE:  # names its own field or file already
+            raise
+        raise ScenarioError(section, str(err)) from None
+    except ValueError as err:
+        raise ScenarioError(section, str(err)) from None
 
 
 def make_controllers(cfg: VariantConfig, ctx: SchedulerContext) -> list:
@@ -174,11 +222,14 @@ def simulate(
     *,
     variants: Sequence[str] | None = None,
     trace_steps: bool = False,
+    workloads: Mapping[str, WorkloadArrays] | None = None,
 ) -> Results:
     """Run a scenario's variants (all, or those named) with ``seed`` and return their results.
 
     Variants whose workload sections are equal share the same generated
-    requests, so they are compared on identical input.
+    requests, so they are compared on identical input. ``workloads`` (variant
+    name -> requests, drawn with the same seed, e.g. by ``orcasim validate``'s
+    checks) saves drawing them again.
     """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
@@ -191,6 +242,7 @@ def simulate(
         s = cfg.seed if seed is None else seed
         key = (repr(cfg.workload.to_dict()), s)
         if key not in cache:
-            cache[key] = generate_workload(cfg, s)
+            given = workloads.get(cfg.name) if workloads is not None else None
+            cache[key] = given if given is not None else generate_workload(cfg, s)
         out[cfg.name] = run_variant(cfg, cache[key], trace_steps=trace_steps, seed=s)
     return Results(scenario, out, seed=scenario.seed if seed is None else seed)

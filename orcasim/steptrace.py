@@ -26,7 +26,7 @@ from pydantic import Field, ValidationError
 
 from orcasim.context import SchedulerContext
 from orcasim.engine import Engine
-from orcasim.errors import OrcasimError
+from orcasim.errors import SimulationError, UsageError
 from orcasim.latency.linear import ConstantLatency
 from orcasim.metrics.recorder import Recorder
 from orcasim.params import ComponentParams
@@ -94,52 +94,52 @@ class StepWorkload:
 def parse_workload(data: Any, source: str = "workload") -> StepWorkload:
     """Validate harness workload data (a request list or ``{"config", "requests"}``).
 
-    A mistake is an :class:`OrcasimError` naming the field
+    A mistake is a :class:`~orcasim.errors.UsageError` naming the field
     (``workload.json: requests[3].prompt_len: ...``).
     """
     config = dict(HARNESS_CONFIG)
     if isinstance(data, dict):
         unknown = sorted(set(data) - {"config", "requests"})
         if unknown:
-            raise OrcasimError(f"{source}: {unknown[0]}: unknown field (expected config, requests)")
+            raise UsageError(f"{source}: {unknown[0]}: unknown field (expected config, requests)")
         if "requests" not in data:
-            raise OrcasimError(f"{source}: requests: required field is missing")
+            raise UsageError(f"{source}: requests: required field is missing")
         cfg = data.get("config") or {}
         if not isinstance(cfg, dict):
-            raise OrcasimError(f"{source}: config: expected an object")
+            raise UsageError(f"{source}: config: expected an object")
         for key in cfg:
             if key not in HARNESS_CONFIG:
-                raise OrcasimError(f"{source}: config.{key}: unknown key "
+                raise UsageError(f"{source}: config.{key}: unknown key "
                                    f"(known: {', '.join(HARNESS_CONFIG)})")
         config.update(cfg)
         data = data["requests"]
     if not isinstance(data, list) or not data:
-        raise OrcasimError(f"{source}: requests: expected a non-empty list of requests")
+        raise UsageError(f"{source}: requests: expected a non-empty list of requests")
     if not isinstance(config["output_token"], int) or isinstance(config["output_token"], bool):
-        raise OrcasimError(f"{source}: config.output_token: expected an integer")
+        raise UsageError(f"{source}: config.output_token: expected an integer")
     try:
         workload = StepWorkload(config, [])
     except ValidationError as err:
         field, msg = format_validation_error(err, "config")
-        raise OrcasimError(f"{source}: {field}: {msg}") from None
+        raise UsageError(f"{source}: {field}: {msg}") from None
     reqs: list[tuple[int, int, TraceRequest]] = []
     seen: set[str] = set()
     for i, raw in enumerate(data):
         where = f"requests[{i}]"
         if not isinstance(raw, dict):
-            raise OrcasimError(f"{source}: {where}: expected an object")
+            raise UsageError(f"{source}: {where}: expected an object")
         try:
             r = TraceRequest.model_validate(raw)
         except ValidationError as err:
             field, msg = format_validation_error(err, where)
-            raise OrcasimError(f"{source}: {field}: {msg}") from None
+            raise UsageError(f"{source}: {field}: {msg}") from None
         rid = str(r.id)
         if rid in seen:
-            raise OrcasimError(f"{source}: {where}.id: duplicate request id {rid!r}")
+            raise UsageError(f"{source}: {where}.id: duplicate request id {rid!r}")
         seen.add(rid)
         reason = misfit_reason(r.prompt_len, r.output_len, workload.params)
         if reason is not None:
-            raise OrcasimError(f"{source}: {where} (id {rid!r}): can never run: {reason}")
+            raise UsageError(f"{source}: {where} (id {rid!r}): can never run: {reason}")
         reqs.append((r.arrival_step, i, r))
     reqs.sort(key=lambda t: (t[0], t[1]))  # arrival step, then file order (the harness's order)
     workload.requests = [r for _, _, r in reqs]
@@ -152,11 +152,13 @@ def load_workload(path: str | Path) -> StepWorkload:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
-        raise OrcasimError(f"{source}: cannot read: {err.strerror}") from None
+        raise UsageError(f"{source}: cannot read: {err.strerror}") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
-        raise OrcasimError(f"{source}: line {err.lineno}: invalid JSON: {err.msg}") from None
+        raise UsageError(f"{source}: line {err.lineno}: invalid JSON: {err.msg}") from None
+    except RecursionError:
+        raise UsageError(f"{source}: nested too deeply") from None
     return parse_workload(data, source)
 
 
@@ -219,7 +221,7 @@ def run_trace(workload: StepWorkload, *, block_tables: bool = False
     wall = time.perf_counter() - t0
     lines = writer.lines
     if rec.num_recorded != len(workload.requests) or writer._open:
-        raise OrcasimError(f"the run ended with {len(workload.requests) - rec.num_recorded} "
+        raise SimulationError(f"the run ended with {len(workload.requests) - rec.num_recorded} "
                            "requests unfinished")
     return lines, summarize_trace(lines, workload, wall)
 

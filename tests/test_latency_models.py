@@ -250,7 +250,7 @@ def test_calibrate_roofline_from_the_command_line(tmp_path, capsys):
     assert lat["compute_efficiency"] == pytest.approx(0.5, rel=1e-4)
     assert lat["bandwidth_efficiency"] == pytest.approx(0.7, rel=1e-4)
     assert lat["overhead"] == pytest.approx(0.003, rel=1e-3)
-    assert main(["calibrate", path, "--model", "roofline", "--llm", "nope"]) == 1
+    assert main(["calibrate", path, "--model", "roofline", "--llm", "nope"]) == 2
     assert "unknown model 'nope'" in capsys.readouterr().err
     assert main(["calibrate", str(tmp_path / "none.csv")]) == 2
     assert capsys.readouterr().err.startswith("orcasim: error: ")

@@ -40,5 +40,5 @@ def test_sustained_rate_is_the_last_rate_before_the_bound_is_broken():
 
 def test_a_table_rate_outside_the_sweep_is_a_clear_error(capsys):
     rc = memory_pressure.main(["--rates", "1", "--table-rate", "2", "--no-plots"])
-    assert rc == 1
+    assert rc == 2
     assert "--table-rate 2 is not one of the swept rates" in capsys.readouterr().err

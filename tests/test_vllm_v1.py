@@ -144,7 +144,7 @@ def test_trace_command_names_the_bad_field(tmp_path, capsys, data, message):
     p = write(tmp_path, data)
     rc = main(["trace", str(p), "--out", str(tmp_path / "t.jsonl")])
     err = capsys.readouterr().err.strip()
-    assert rc == 1 and len(err.splitlines()) == 1
+    assert rc == 2 and len(err.splitlines()) == 1
     assert err.startswith(f"orcasim: error: {tmp_path / message}"), err
 
 

@@ -42,7 +42,7 @@ def calibrate(args: argparse.Namespace) -> int:
         try:
             RooflineParams(model=args.llm, gpu=args.gpu, tp=args.tp)
         except ValidationError as err:
-            raise OrcasimError(format_validation_error(err, "")[1]) from None
+            raise UsageError(format_validation_error(err, "")[1]) from None
     try:
         if args.model == "linear":
             fit = fit_linear(meas, args.confidence)

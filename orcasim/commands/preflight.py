@@ -15,8 +15,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import simpy
-
 from orcasim.errors import EXIT_USAGE, OrcasimError, ScenarioError, SimulationError
 from orcasim.scenario import Scenario, VariantConfig
 from orcasim.workload.base import WorkloadArrays
@@ -58,26 +56,16 @@ def check_scenario(
     return out
 
 
-def _check_variant(cfg: VariantConfig, arrays: WorkloadArrays | None = None) -> None:
-    """Build ``cfg``'s components as a run does; raise :class:`_Problem` for the first
-    that fails. ``arrays`` (the drawn workload) decides whether clients are needed."""
-    from orcasim.context import SchedulerContext
-    from orcasim.metrics.recorder import Recorder
+def _check_variant(cfg: VariantConfig, arrays: WorkloadArrays) -> None:
+    """Build ``cfg``'s model on ``arrays`` as a run does (without running it) and time a
+    step; raise :class:`_Problem` for the first part that fails."""
+    from orcasim.simulation import build_model
 
-    env = simpy.Environment()
-    rec = Recorder(series_capacity=cfg.output.series_capacity)
-    ctx = SchedulerContext(env, rec, seed=cfg.seed)
-    if cfg.memory is not None:
-        ctx.kv = _kv_pool(cfg, env, rec)
-    ctx.policy = _section("policy", lambda: cfg.policy.create(ctx))
-    attrs = arrays.attrs if arrays is not None else {}
-    if cfg.clients is not None or "patience" in attrs or "timeout" in attrs:
-        from orcasim.clients import Clients
-
-        ctx.clients = _section("clients", lambda: Clients(ctx, cfg.clients))
-    _check_latency(cfg)
-    for i, spec in enumerate(cfg.admission):
-        _section(f"admission.{i}", lambda spec=spec: spec.create(ctx))
+    try:
+        model = build_model(cfg, arrays)
+    except ScenarioError as err:
+        raise _scenario_problem(err, "policy") from None
+    _check_latency(model.latency)
 
 
 def _section(section: str, build: Any) -> Any:
@@ -91,26 +79,15 @@ def _section(section: str, build: Any) -> Any:
 
 
 def _scenario_problem(err: ScenarioError, section: str) -> _Problem:
-    if err.source:  # a file of its own (a trace): keep its name in the message
+    if err.source and not err.source.startswith("variant "):  # a file of its own (a trace)
         return _Problem(section, str(err))
     return _Problem(err.field or section, err.message)
 
 
-def _kv_pool(cfg: VariantConfig, env: simpy.Environment, rec: Any) -> Any:
-    from orcasim.kv.pool import KVPool
-
-    pool = _section("memory", lambda: KVPool.from_options(env, cfg.memory, rec))
-    if not getattr(cfg.policy.cls, "models_kv_memory", False):
-        raise _Problem("memory", f"policy {cfg.policy.type!r} does not allocate KV memory "
-                       "(remove the memory section, or use a built-in policy)")
-    return pool
-
-
-def _check_latency(cfg: VariantConfig) -> None:
-    """The latency model builds and times a one-sequence step as positive and finite."""
+def _check_latency(model: Any) -> None:
+    """The latency model times a one-sequence step as positive and finite."""
     from orcasim.plan import StepPlan
 
-    model = _section("engine.latency", cfg.latency.create)
     plan = StepPlan(PROBE_SEQS, PROBE_KV_TOKENS)
     raw = _section("engine.latency", lambda: model.step_time(plan))
     try:

@@ -97,9 +97,9 @@ def run(args: argparse.Namespace) -> int:
                              f"(have: {', '.join(sc.variant_names)})")
     out = check_output_dir(args.out if args.out is not None else Path("orcasim-out") / sc.name)
     seed = sc.seed if args.seed is None else args.seed
-    check_scenario(sc, seed, args.variants)
+    drawn = check_scenario(sc, seed, args.variants)
     print(f"scenario {sc.name} ({sc.source}), seed {seed}, variants: {', '.join(sc.variant_names)}")
-    res = simulate(sc, seed, variants=args.variants, trace_steps=args.steps)
+    res = simulate(sc, seed, variants=args.variants, trace_steps=args.steps, workloads=drawn)
     _print_results(res, args.steps)
     written = res.write(out, plots=not args.no_plots)
     print(f"\nwrote {len(written)} files to {out}/: {', '.join(p.name for p in written)}")

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from orcasim.errors import OrcasimError
+from orcasim.errors import OrcasimError, UsageError
 from orcasim.metrics.results import Results
 from orcasim.request import RequestState
 from orcasim.scenario import Scenario, load_scenario
@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     timeline_rate = args.timeline_rate if args.timeline_rate is not None else rates[len(rates) // 2]
     for r, what in ((table_rate, "--table-rate"), (timeline_rate, "--timeline-rate")):
         if r not in rates:
-            raise OrcasimError(f"{what} {r:g} is not one of the swept rates")
+            raise UsageError(f"{what} {r:g} is not one of the swept rates")
     rows, kept = sweep(sc, rates, args.seed, keep=timeline_rate)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
