@@ -337,7 +337,8 @@ def length_dist(draw: st.DrawFn) -> dict[str, Any]:
     return {"type": kind, **base, field: draw(NUMBER)}
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=120, deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
 @given(dist=length_dist(), column=st.sampled_from(["prompt_len", "output_len"]),
        n=st.one_of(st.just(1), st.just(2), st.just(3), HOSTILE))
 def test_hostile_length_parameters(dist, column, n):
@@ -365,13 +366,15 @@ def latency_model(draw: st.DrawFn) -> dict[str, Any]:
     return out
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=120, deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
 @given(latency=latency_model())
 def test_hostile_latency_coefficients(latency):
     outcome(scenario(latency=latency))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
 @given(kind=st.sampled_from(["poisson", "gamma", "at_once"]), value=NUMBER, extra=SMALL_OK)
 def test_hostile_arrival_parameters(kind, value, extra):
     arrival = {"poisson": {"type": "poisson", "rate": value},
