@@ -201,3 +201,19 @@ def test_a_request_cut_at_max_model_len_finishes_with_that_reason():
     assert df.loc["too_long", "reason"] == "exceeds_max_model_len"
     s = v.summary
     assert s["truncated_max_model_len"] == 1 and s["rejected_exceeds_max_model_len"] == 1
+
+
+def test_pool_sizes_are_bounded_so_nothing_runs_for_ever(tmp_path, capsys):
+    import json
+
+    w = json.loads((GOLDEN / "mixed_0.json").read_text())
+    w["config"].update(num_blocks=10**12, max_model_len=10**12)
+    p = tmp_path / "w.json"
+    p.write_text(json.dumps(w))
+    assert main(["trace", str(p), "--out", str(tmp_path / "t.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "config.num_blocks: Input should be less than or equal to 10000000" in err
+    with pytest.raises(orcasim.ScenarioError, match="memory.num_blocks: .*less than or equal"):
+        orcasim.Scenario({"workload": {"type": "list", "requests": [{"prompt_len": 1,
+                                                                      "output_len": 1}]},
+                          "policy": "fcfs", "memory": {"num_blocks": 10**9}})

@@ -31,8 +31,12 @@ from pydantic import Field, field_validator, model_validator
 
 from orcasim.hardware import GB, GPUS, MODELS, get_gpu, get_model
 from orcasim.params import ComponentParams
+from orcasim.workload.base import MAX_TOKENS_PER_REQUEST
 
 Allocator = Literal["paged", "max", "pow2", "oracle"]
+#: bounds of a pool: tokens per block, and blocks (a paged pool counts them, O(1) each)
+MAX_BLOCK_SIZE = 4096
+MAX_BLOCKS = 100_000_000
 
 
 class MemoryOptions(ComponentParams):
@@ -43,26 +47,29 @@ class MemoryOptions(ComponentParams):
     placement: Literal["first_fit", "buddy"] = Field(
         "first_fit", description="where a reservation goes: the first hole that fits, or a "
         "power-of-two buddy chunk")
-    block_size: int = Field(16, gt=0, description="tokens per KV block")
-    num_blocks: int | None = Field(None, gt=0, description="KV blocks on the GPU (default: "
-                                   "from model and gpu)")
+    block_size: int = Field(16, gt=0, le=MAX_BLOCK_SIZE, description="tokens per KV block")
+    num_blocks: int | None = Field(None, gt=0, le=MAX_BLOCKS, description="KV blocks on the "
+                                   "GPU (default: from model and gpu)")
     model: str | None = Field(None, description="model preset (orcasim.hardware.MODELS)")
     gpu: str | None = Field(None, description="GPU preset (orcasim.hardware.GPUS)")
-    tp: int = Field(1, gt=0, description="tensor-parallel GPUs: divide weights and KV heads")
-    gpu_memory_gb: float | None = Field(None, gt=0, description="memory per GPU, GB (default: "
-                                        "the preset's)")
+    tp: int = Field(1, gt=0, le=1024, description="tensor-parallel GPUs: divide weights and "
+                    "KV heads")
+    gpu_memory_gb: float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False,
+                                        description="memory per GPU, GB (default: the preset's)")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="share of GPU memory "
                                           "for weights, activations and KV")
-    activation_reserve_gb: float = Field(0.0, ge=0, description="GB per GPU kept for "
-                                         "activations")
-    bytes_per_token: int | None = Field(None, gt=0, description="KV bytes per token per GPU "
-                                        "(default: from model)")
-    max_model_len: int | None = Field(None, gt=0, description="longest sequence (prompt + "
-                                      "output); default: the model's")
-    swap_space_gb: float = Field(4.0, ge=0, description="CPU memory for swapped-out KV "
-                                 "blocks, GB")
-    pcie_bandwidth: float | None = Field(None, gt=0, description="host<->device bytes/s for "
-                                         "swapping (default: the GPU's)")
+    activation_reserve_gb: float = Field(0.0, ge=0, le=1e6, allow_inf_nan=False,
+                                         description="GB per GPU kept for activations")
+    bytes_per_token: int | None = Field(None, gt=0, le=10**9, description="KV bytes per token "
+                                        "per GPU (default: from model)")
+    max_model_len: int | None = Field(None, gt=0, le=MAX_TOKENS_PER_REQUEST,
+                                      description="longest sequence (prompt + output); default: "
+                                      "the model's")
+    swap_space_gb: float = Field(4.0, ge=0, le=1e6, allow_inf_nan=False,
+                                 description="CPU memory for swapped-out KV blocks, GB")
+    pcie_bandwidth: float | None = Field(None, gt=0, le=1e15, allow_inf_nan=False,
+                                         description="host<->device bytes/s for swapping "
+                                         "(default: the GPU's)")
 
     @field_validator("model")
     @classmethod

@@ -46,13 +46,17 @@ from orcasim.context import SchedulerContext
 from orcasim.errors import ScenarioError, SimulationError
 from orcasim.kv.block_table import cdiv
 from orcasim.kv.cache_manager import KVCacheManager
+from orcasim.kv.config import MAX_BLOCK_SIZE
 from orcasim.kv.manager_face import CacheManagerKV
 from orcasim.plan import StepPlan
 from orcasim.policies.base import PolicyParams, TokenPolicy
 from orcasim.registry import policies
 from orcasim.request import Request
+from orcasim.workload.base import MAX_TOKENS_PER_REQUEST
 
 WAITING, RUNNING, PREEMPTED = 0, 1, 2
+#: blocks of vLLM's pool at most (each is an object with its own table entry)
+MAX_MANAGED_BLOCKS = 10_000_000
 #: schedule() calls in a row that schedule nothing before a simulated-time run is declared stuck
 MAX_EMPTY_SCHEDULES = 1000
 #: kinds of a scheduled entry
@@ -133,12 +137,15 @@ class VllmV1(TokenPolicy):
     """vLLM V1's scheduler: one token budget, running first, recompute preemption, prefix cache."""
 
     class Params(PolicyParams):
-        block_size: int = Field(16, gt=0, description="tokens per KV block")
-        num_blocks: int = Field(1024, ge=2, description="KV blocks, block 0 being the null block")
-        max_num_seqs: int = Field(256, gt=0, description="running requests at most (also "
+        block_size: int = Field(16, gt=0, le=MAX_BLOCK_SIZE, description="tokens per KV block")
+        num_blocks: int = Field(1024, ge=2, le=MAX_MANAGED_BLOCKS,
+                                description="KV blocks, block 0 being the null block")
+        max_num_seqs: int = Field(256, gt=0, le=1_000_000, description="running requests at "
+                                  "most (also "
                                   "accepted as max_batch)",
                                   validation_alias=AliasChoices("max_num_seqs", "max_batch"))
-        max_num_batched_tokens: int = Field(2048, gt=0, description="token budget per step")
+        max_num_batched_tokens: int = Field(2048, gt=0, le=MAX_TOKENS_PER_REQUEST,
+                                            description="token budget per step")
         enable_prefix_caching: bool = True
         policy: Literal["fcfs", "priority"] = Field(
             "fcfs", description="queue order and victim: by arrival, or by (priority, arrival)")
@@ -149,7 +156,8 @@ class VllmV1(TokenPolicy):
             True, description="admit only if the whole known sequence fits")
         watermark: float = Field(
             0.0, ge=0.0, lt=1.0, description="share of num_blocks kept free at admission")
-        max_model_len: int = Field(8192, gt=1, description="tokens per sequence at most")
+        max_model_len: int = Field(8192, gt=1, le=MAX_TOKENS_PER_REQUEST,
+                                   description="tokens per sequence at most")
         async_scheduling: bool = Field(
             False, description="two steps in flight: schedule before the last step's tokens")
         empty_steps: bool = Field(
@@ -183,6 +191,10 @@ class VllmV1(TokenPolicy):
             if not pool.paged:
                 raise ScenarioError("memory.allocator", f"vllm-v1 allocates paged blocks; "
                                     f"{layout.allocator!r} is a contiguous reservation")
+            if layout.num_blocks + 1 > MAX_MANAGED_BLOCKS:
+                raise ScenarioError("memory", f"vllm-v1 keeps a block table of every block: "
+                                    f"{layout.num_blocks:,} blocks is more than its limit of "
+                                    f"{MAX_MANAGED_BLOCKS - 1:,}")
             params = params.model_copy(update={"num_blocks": layout.num_blocks + 1,
                                                "block_size": layout.block_size})
         super().__init__(params, ctx)
