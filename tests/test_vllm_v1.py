@@ -213,7 +213,7 @@ def test_pool_sizes_are_bounded_so_nothing_runs_for_ever(tmp_path, capsys):
     assert main(["trace", str(p), "--out", str(tmp_path / "t.jsonl")]) == 2
     err = capsys.readouterr().err
     assert "config.num_blocks: Input should be less than or equal to 10000000" in err
-    with pytest.raises(orcasim.ScenarioError, match="memory.num_blocks: .*less than or equal"):
+    with pytest.raises(orcasim.ScenarioError, match=r"memory\.num_blocks: .*less than or equal"):
         orcasim.Scenario({"workload": {"type": "list", "requests": [{"prompt_len": 1,
                                                                       "output_len": 1}]},
                           "policy": "fcfs", "memory": {"num_blocks": 10**9}})
