@@ -2,9 +2,9 @@
 
 Reads the run's KV memory (``ctx.kv``) through the read-outs every pool has:
 ``block_size``, ``num_free_blocks`` and ``num_usable_blocks``, the same on a
-paged pool, a reservation pool (free slots in whole blocks) and the
-``vllm-v1`` policy's own block pool. A run with unlimited memory (no
-``memory`` section) is an error, not a silent pass.
+paged pool, a reservation pool (free slots in whole blocks) and the pool of
+block objects that ``vllm-v1``'s cache manager allocates from. A run with
+unlimited memory (no ``memory`` section) is an error, not a silent pass.
 """
 
 from __future__ import annotations

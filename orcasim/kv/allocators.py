@@ -24,6 +24,7 @@ Pure data structures: no SimPy.
 
 from __future__ import annotations
 
+from orcasim.kv.block_pool import Block
 from orcasim.kv.block_table import cdiv
 from orcasim.kv.config import MemoryLayout, footprint, reservation
 from orcasim.kv.contiguous import BuddySpace, ContiguousSpace
@@ -215,6 +216,58 @@ class ReservationAllocator:
 
     def put_blocks(self, n: int) -> None:
         raise ValueError("blocks can only be returned to a paged pool")
+
+
+class BlockPoolAllocator:
+    """Paged memory kept as block objects (a :class:`ReuseFirstBlockPool`: identities, ref
+    counts, prefix cache), for a policy whose cache manager allocates them (``vllm-v1``).
+
+    The pool's blocks are the engine's KV memory: the read-outs, ``kv.get``
+    and the memory series count them. Requests' blocks come and go through
+    the policy's :class:`~orcasim.kv.cache_manager.KVCacheManager` on
+    :attr:`block_pool`, so the per-request operations are the manager's.
+    """
+
+    paged = True
+
+    def __init__(self, layout: MemoryLayout, enable_caching: bool = True) -> None:
+        from orcasim.kv.cache_manager import ReuseFirstBlockPool
+
+        self.layout = layout
+        self.block_size = layout.block_size
+        # one more block: vLLM's null block, never allocated
+        self.block_pool = ReuseFirstBlockPool(layout.num_blocks + 1, layout.block_size,
+                                              enable_caching=enable_caching, null_block=True)
+        self.capacity = layout.num_blocks * layout.block_size
+        self.capacity_units = layout.num_blocks
+        self.internal_slots = 0
+        self.padding_slots = 0
+        self._taken: list[Block] = []  # blocks taken with take_blocks, oldest first
+
+    @property
+    def allocated_slots(self) -> int:
+        return self.block_pool.num_held_blocks * self.block_size
+
+    @property
+    def free_units(self) -> int:
+        """Free blocks, cached ones that no request holds included (they are evictable)."""
+        return self.block_pool.num_free_blocks
+
+    def holds(self, req: Request) -> bool:
+        return False  # the cache manager keeps the block tables
+
+    def take_blocks(self, n: int) -> int | None:
+        got = self.block_pool.get_new_blocks(n)
+        if got is None:
+            return None
+        self._taken.extend(got)
+        return n
+
+    def put_blocks(self, n: int) -> None:
+        if n < 0 or n > len(self._taken):
+            raise ValueError(f"cannot return {n} blocks: only {len(self._taken)} are taken")
+        back, self._taken = self._taken[len(self._taken) - n:], self._taken[:len(self._taken) - n]
+        self.block_pool.free_blocks(back)
 
 
 def make_allocator(layout: MemoryLayout) -> PagedAllocator | ReservationAllocator:

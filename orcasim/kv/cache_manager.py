@@ -74,10 +74,12 @@ class KVCacheManager:
         *,
         enable_caching: bool = True,
         max_model_len: int = 1 << 62,
+        pool: ReuseFirstBlockPool | None = None,
     ) -> None:
-        self.pool = ReuseFirstBlockPool(
-            num_blocks, block_size, enable_caching=enable_caching, null_block=True
-        )
+        if pool is None:
+            pool = ReuseFirstBlockPool(num_blocks, block_size, enable_caching=enable_caching,
+                                       null_block=True)
+        self.pool = pool
         self.block_size = block_size
         self.enable_caching = enable_caching
         self.max_model_len = max_model_len

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from orcasim.kv.allocators import make_allocator
+from orcasim.kv.allocators import BlockPoolAllocator, make_allocator
 from orcasim.kv.config import MemoryLayout, MemoryOptions, resolve
 from orcasim.metrics.kv_series import KVSeries
 from orcasim.request import Request
@@ -55,10 +55,10 @@ class KVPool:
     limited = True
 
     def __init__(self, env: simpy.Environment, layout: MemoryLayout,
-                 recorder: Recorder | None = None) -> None:
+                 recorder: Recorder | None = None, alloc: Any = None) -> None:
         self.env = env
         self.layout = layout
-        self.alloc = make_allocator(layout)
+        self.alloc = make_allocator(layout) if alloc is None else alloc
         self.paged: bool = self.alloc.paged
         self.capacity = self.alloc.capacity  # token slots
         self.block_size = layout.block_size
@@ -82,6 +82,22 @@ class KVPool:
     def from_options(cls, env: simpy.Environment, opts: MemoryOptions,
                      recorder: Recorder | None = None) -> KVPool:
         return cls(env, resolve(opts), recorder)
+
+    @classmethod
+    def of_blocks(cls, env: simpy.Environment, layout: MemoryLayout,
+                  recorder: Recorder | None = None, enable_caching: bool = True) -> KVPool:
+        """A paged pool of block objects (``alloc.block_pool``), for a cache manager."""
+        return cls(env, layout, recorder, BlockPoolAllocator(layout, enable_caching))
+
+    @property
+    def block_pool(self) -> Any:
+        """The block objects of a pool made with :meth:`of_blocks` (None otherwise)."""
+        return getattr(self.alloc, "block_pool", None)
+
+    def released(self) -> None:
+        """Blocks were freed outside :meth:`release` (by a cache manager): serve gets, fire
+        ``freed``."""
+        self._released()
 
     # -- events -------------------------------------------------------------
     @property

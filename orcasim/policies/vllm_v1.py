@@ -46,8 +46,8 @@ from orcasim.context import SchedulerContext
 from orcasim.errors import ScenarioError, SimulationError
 from orcasim.kv.block_table import cdiv
 from orcasim.kv.cache_manager import KVCacheManager
-from orcasim.kv.config import MAX_BLOCK_SIZE
-from orcasim.kv.manager_face import CacheManagerKV
+from orcasim.kv.config import MAX_BLOCK_SIZE, MemoryLayout
+from orcasim.kv.pool import KVPool
 from orcasim.plan import StepPlan
 from orcasim.policies.base import PolicyParams, TokenPolicy
 from orcasim.registry import policies
@@ -186,6 +186,7 @@ class VllmV1(TokenPolicy):
 
     def __init__(self, params: Params, ctx: SchedulerContext) -> None:
         pool = ctx.kv if ctx is not None else None
+        layout = None
         if pool is not None and pool.limited:  # a memory section sizes the cache
             layout = pool.layout
             if not pool.paged:
@@ -198,12 +199,18 @@ class VllmV1(TokenPolicy):
             params = params.model_copy(update={"num_blocks": layout.num_blocks + 1,
                                                "block_size": layout.block_size})
         super().__init__(params, ctx)
+        # the engine's KV pool holds the blocks; the cache manager allocates them
+        self.pool: KVPool | None = None
+        if ctx is not None:
+            if layout is None:  # sized by the policy's own num_blocks (block 0: the null block)
+                layout = MemoryLayout("paged", params.num_blocks - 1, params.block_size, None,
+                                      params.max_model_len, 0, 25e9)
+            self.pool = ctx.kv = KVPool.of_blocks(ctx.env, layout, ctx.recorder,
+                                                  params.enable_prefix_caching)
         self.kv = KVCacheManager(params.num_blocks, params.block_size,
                                  enable_caching=params.enable_prefix_caching,
-                                 max_model_len=params.max_model_len)
-        self.face: CacheManagerKV | None = None
-        if ctx is not None:
-            ctx.kv = self.face = CacheManagerKV(ctx.env, self.kv)
+                                 max_model_len=params.max_model_len,
+                                 pool=self.pool.block_pool if self.pool is not None else None)
         self.priority = params.policy == "priority"
         self.watermark_blocks = int(params.watermark * params.num_blocks)
         self.seqs: dict[int, _Seq] = {}
@@ -270,8 +277,8 @@ class VllmV1(TokenPolicy):
         seq.num_placeholders = 0
         req.num_computed_tokens = 0
         self._enqueue_front(req)
-        if self.face is not None:
-            self.face.released()
+        if self.pool is not None:
+            self.pool.released()
 
     def _schedule(self) -> StepOutput:
         p = self.params
@@ -420,8 +427,8 @@ class VllmV1(TokenPolicy):
                 kv.free(req)
                 kv.forget(req)
                 finished.append(req)
-                if self.face is not None:
-                    self.face.released()
+                if self.pool is not None:
+                    self.pool.released()
         if plan is not None:
             plan.num_itl_tokens = bulk
         elif bulk:
@@ -455,6 +462,13 @@ class VllmV1(TokenPolicy):
         out.plan = plan
         return plan
 
+    def drop(self, req: Request) -> None:
+        """Out of the batch (a hard stop), its blocks freed."""
+        self.running.remove(req)
+        self.kv.free(req)
+        if self.pool is not None:
+            self.pool.released()
+
     def cancel(self, req: Request) -> None:
         """Out of the queue or the batch, blocks freed; a step of it in flight is ignored."""
         seq = self.seqs.pop(req.id, None)
@@ -465,8 +479,8 @@ class VllmV1(TokenPolicy):
         if seq is not None:
             self.kv.free(req)
             self.kv.forget(req)
-            if self.face is not None:
-                self.face.released()
+            if self.pool is not None:
+                self.pool.released()
 
     def summary_metrics(self) -> dict[str, float]:
         """Prefix-cache hits at first admission (re-admissions after preemption excluded)."""
@@ -526,8 +540,8 @@ class VllmV1(TokenPolicy):
         assert out is not None and out.plan is plan
         out.t_end = t_end
         out.prev_end = self.ctx.last_step_end
-        if self.face is not None:
-            self.face.observe(t_start, t_end)
+        if self.pool is not None:
+            self.pool.observe(t_start, t_end, plan.num_kv_tokens + plan.num_tokens, False)
         if self._update_at_end:
             self._update_at_end = False
             self._update(out, plan)
