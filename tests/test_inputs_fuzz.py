@@ -113,3 +113,41 @@ def test_the_command_line_exits_0_or_2_with_one_line(tmp_path_factory, doc):
     else:
         assert rc == 2 and len(lines) == 1 and lines[0].startswith("orcasim: error: "), lines
         assert "Traceback" not in err.getvalue()
+
+
+TRACE_VALUE = st.one_of(HOSTILE.filter(lambda v: not isinstance(v, (list, dict))),
+                        st.integers(min_value=0, max_value=10**7))
+
+
+@settings(max_examples=80, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(tokens=st.tuples(TRACE_VALUE, TRACE_VALUE), kind=st.sampled_from(["azure", "mooncake"]))
+def test_a_hostile_trace_row_loads_or_fails_in_one_line(tmp_path, tokens, kind):
+    import json
+
+    if kind == "azure":
+        path = tmp_path / "az.csv"
+        path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                        "2023-11-16 18:15:46.6805900,374,44\n"
+                        f"2023-11-16 18:15:50.9951690,{tokens[0]},{tokens[1]}\n", encoding="utf-8")
+    else:
+        path = tmp_path / "m.jsonl"
+        rows = [{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]},
+                {"timestamp": 10, "input_length": tokens[0], "output_length": tokens[1],
+                 "hash_ids": [0]}]
+        try:
+            text = "\n".join(json.dumps(r) for r in rows) + "\n"
+        except (TypeError, ValueError):
+            return
+        path.write_text(text, encoding="utf-8")
+    t0 = time.perf_counter()
+    try:
+        sc = orcasim.Scenario({"workload": {"type": "trace", "file": str(path)},
+                               "policy": "fcfs"})
+        arrays = orcasim.generate_workload(sc.variants[0])
+    except OrcasimError as err:
+        msg = str(err)
+        assert "\n" not in msg and str(path) in msg, msg
+    else:
+        assert len(arrays) == 2 and (arrays.output_len >= 1).all()
+    assert time.perf_counter() - t0 < 5.0
