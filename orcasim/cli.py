@@ -6,6 +6,10 @@
     orcasim policies
     orcasim calibrate MEASUREMENTS.csv [--model linear|roofline]
 
+Every subcommand also takes ``--import FILE_OR_MODULE`` (repeatable): a
+plugin, a ``.py`` file or an importable module whose decorators register
+components (a policy written in a file), loaded before anything else.
+
 Each subcommand lives in its own module under :mod:`orcasim.commands`. A user
 mistake prints one line, ``orcasim: error: ...``, and never a traceback. Every
 subcommand exits with the same statuses (see :mod:`orcasim.errors`): 0 when
@@ -20,10 +24,11 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from orcasim.commands import COMMANDS
 from orcasim.errors import EXIT_USAGE, OrcasimError, UsageError
+from orcasim.plugins import load_plugins
 
 
 class _Parser(argparse.ArgumentParser):
@@ -33,9 +38,31 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
+IMPORT_HELP = ("a plugin to import first: a .py file or a module name whose decorators "
+               "register components, e.g. a policy (repeatable)")
+
+
+def _add_import_option(parser: argparse.ArgumentParser, dest: str) -> None:
+    parser.add_argument("--import", dest=dest, action="append", default=[],
+                        metavar="FILE_OR_MODULE", help=IMPORT_HELP)
+
+
+class _CommandParser(_Parser):
+    """The parser of a subcommand: every one takes the global ``--import`` option."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _add_import_option(self, "imports")
+
+    def add_subparsers(self, **kwargs: Any) -> Any:
+        kwargs.setdefault("parser_class", _Parser)  # ``--import`` once, on the command
+        return super().add_subparsers(**kwargs)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="orcasim", description="Discrete-event simulation of LLM inference serving.")
-    sub = p.add_subparsers(dest="command", required=True)
+    _add_import_option(p, "global_imports")  # before the subcommand: its own dest, not overwritten
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_CommandParser)
     for name in COMMANDS:
         importlib.import_module(name).register(sub)
     return p
@@ -47,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         import orcasim  # noqa: F401  (registers the built-in components)
 
+        load_plugins([*args.global_imports, *args.imports])
         return int(args.handler(args))
     except OrcasimError as err:
         return _fail(str(err), err.exit_code)

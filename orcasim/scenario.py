@@ -32,10 +32,11 @@ from yaml.resolver import Resolver
 from orcasim import registry
 from orcasim.clients import ClientOptions
 from orcasim.control import ControlEvent
-from orcasim.errors import ScenarioError
+from orcasim.errors import ScenarioError, UsageError
 from orcasim.experiments.options import SweepOptions
 from orcasim.kv.config import MemoryOptions
 from orcasim.params import ComponentParams
+from orcasim.plugins import load_plugins
 from orcasim.spec import Spec, build_spec, short_repr, validate_params
 
 try:
@@ -98,6 +99,11 @@ class ScenarioModel(ComponentParams):
 
     name: str = "scenario"
     description: str = ""
+    plugins: list[str] = Field(
+        default_factory=list,
+        description="Python files (relative to the scenario file) or module names to import "
+        "first, so the components they register can be used",
+    )
     seed: int = Field(0, ge=0)
     workload: Any
     engine: EngineOptions = Field(default_factory=EngineOptions)
@@ -167,8 +173,10 @@ class Scenario:
         raw: dict[str, Any],
         source: str = "<scenario>",
         overrides: list[tuple[str, Any]] | None = None,
+        base_dir: Path | None = None,
     ) -> None:
         self.source = source
+        self.base_dir = base_dir  # where relative plugin paths start; none: the current directory
         self.overrides: list[tuple[str, Any]] = list(overrides or [])
         self._raw0 = copy.deepcopy(raw)
         self.raw = copy.deepcopy(raw)  # with the overrides applied
@@ -177,6 +185,7 @@ class Scenario:
                 _check_override_path(self.raw, path)
                 set_path(self.raw, path, copy.deepcopy(value))  # never share an override
             self.model: ScenarioModel = validate_params(ScenarioModel, self.raw, "")  # type: ignore[assignment]
+            _load_plugins(self.model.plugins, base_dir)
             self.variants: list[VariantConfig] = self._resolve()
         except ScenarioError as err:
             raise ScenarioError(err.field, err.message, source) from None
@@ -216,7 +225,7 @@ class Scenario:
             except ScenarioError as err:
                 raise ScenarioError(err.field, err.message, self.source) from None
         items += list(kw.items())
-        return Scenario(self._raw0, self.source, self.overrides + items)
+        return Scenario(self._raw0, self.source, self.overrides + items, self.base_dir)
 
     def _resolve(self) -> list[VariantConfig]:
         base = {k: v for k, v in self.raw.items() if k != "variants"}
@@ -255,6 +264,15 @@ def _check_override_path(raw: dict[str, Any], path: str) -> None:
     hint = difflib.get_close_matches(parts[1], names, n=1)
     suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
     raise ScenarioError(f"variants.{parts[1]}", f"no such variant (have: {have}){suggestion}")
+
+
+def _load_plugins(specs: list[str], base_dir: Path | None) -> None:
+    """Import the scenario's plugins before its components are looked up in the registries."""
+    for i, spec in enumerate(specs):
+        try:
+            load_plugins([spec], base_dir)
+        except UsageError as err:
+            raise ScenarioError(f"plugins.{i}", str(err)) from None
 
 
 def _variant_overrides(name: str, over: dict[str, Any] | None) -> dict[str, Any]:
@@ -397,11 +415,13 @@ def load_scenario(
             )
         source = f"{p.name}.yaml"
         text = decode_text(res.read_bytes(), source)
+        base_dir: Path | None = None
     else:
         source = str(path)
         text = decode_text(_read_bytes(p, source), source)
+        base_dir = p.resolve().parent
     raw = parse_yaml(text, source)
-    sc = Scenario(raw, source)
+    sc = Scenario(raw, source, base_dir=base_dir)
     return sc.override(overrides) if overrides else sc
 
 

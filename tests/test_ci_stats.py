@@ -81,12 +81,17 @@ def test_welch_interval_matches_scipy():
 def test_compare_matches_points_and_flags_significance():
     a = runs({(1.0, "x"): [1, 2, 3, 4, 5, 6], (2.0, "x"): [5, 6, 7, 8, 9, 10]})
     b = runs({(1.0, "y"): [1.5, 2.5, 3.5, 4.5, 5.5, 6.5], (2.0, "y"): [20, 21, 22, 23, 24, 25]})
-    cmp = compare(a, b, ["m"])
+    cmp = compare(a, b, ["m"], paired=False)
     assert cmp["rate"].tolist() == [1.0, 2.0]  # the variant differs: it is the treatment
     assert cmp["diff"].tolist() == [0.5, 15.0]
     assert cmp["significant"].tolist() == [False, True]
-    assert cmp["p_value"].iloc[1] == stats.mannwhitneyu(
+    assert cmp["p_value"].iloc[1] == pytest.approx(stats.ttest_ind(
+        [20, 21, 22, 23, 24, 25], [5, 6, 7, 8, 9, 10], equal_var=False).pvalue, rel=1e-12)
+    assert cmp["p_rank"].iloc[1] == stats.mannwhitneyu(
         [5, 6, 7, 8, 9, 10], [20, 21, 22, 23, 24, 25], alternative="two-sided").pvalue
+    paired = compare(a, b, ["m"])  # same seeds: each run of A has its run of B
+    assert (paired["test"] == "paired t").all()
+    assert paired["significant"].tolist() == [True, True]  # every pair moves by exactly 0.5, 15
     other = runs({(1.0, "x"): [1, 2], (1.0, "z"): [2, 3]})
     with pytest.raises(Exception, match="sweep B varies variant but sweep A does not"):
         compare(a[a.rate == 1.0], other, ["m"])

@@ -77,14 +77,17 @@ def test_compare_two_sweeps(tmp_path, capsys):
                  "tpot_p50", "--csv", str(tmp_path / "cmp.csv")]) == 0
     text = capsys.readouterr().out
     lines = text.splitlines()
-    assert lines[1].split() == ["workload.arrival.rate", "metric", "A", "B", "B", "-", "A",
-                                "change", "p", "(MWU)", "p<0.05"]
+    assert lines[4].split() == ["workload.arrival.rate", "metric", "test", "n", "A", "B", "B",
+                                "-", "A", "change", "p", "p_holm", "effect", "p_rank", "sig"]
     cmp = pd.read_csv(tmp_path / "cmp.csv")
     assert cmp["workload.arrival.rate"].tolist() == [5.0, 5.0, 20.0, 20.0]
-    # continuous batching cuts the TTFT of every run (same requests: the seeds are shared)
+    # same requests (the seeds are shared): every run of A is paired with its run of B
+    assert (cmp["test"] == "paired t").all() and (cmp["n_pairs"] == 6).all()
+    # continuous batching cuts the TTFT of every run
     ttft = cmp[cmp.metric == "ttft_p99"]
-    assert (ttft["diff"] < 0).all() and ttft["significant"].all()
-    assert (ttft["p_value"] == 2 / 924).all()  # every B run below every A run, 6 vs 6
+    assert (ttft["diff"] < 0).all()
+    assert (ttft["p_rank"] == 2 / 2**6).all()  # Wilcoxon: every one of the 6 pairs goes down
+    assert (cmp["significant"] == (cmp["p_adj"] < 0.05)).all()
     assert f"{int(cmp['significant'].sum())} of 4 differences significant" in text
     assert main(["compare", str(a), str(tmp_path)]) == 2
     assert "not a sweep directory (no sweep.json)" in capsys.readouterr().err

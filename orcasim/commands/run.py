@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -81,6 +83,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--variant", dest="variants", action="append", default=None, metavar="NAME",
                    help="run only this variant (repeatable)")
     r.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
+    add_metric_options(r)
     r.set_defaults(handler=run)
 
 
@@ -100,8 +103,10 @@ def run(args: argparse.Namespace) -> int:
     drawn = check_scenario(sc, seed, args.variants)
     print(f"scenario {sc.name} ({sc.source}), seed {seed}, variants: {', '.join(sc.variant_names)}")
     res = simulate(sc, seed, variants=args.variants, trace_steps=args.steps, workloads=drawn)
+    apply_percentiles(res, args)
     _print_results(res, args.steps)
     written = res.write(out, plots=not args.no_plots)
+    written += write_metric_vocabularies(res, args, out)
     print(f"\nwrote {len(written)} files to {out}/: {', '.join(p.name for p in written)}")
     return 0
 
@@ -126,3 +131,52 @@ def _print_results(res: Results, steps: bool) -> None:
     for kind, keys in group_tables(res):
         print(f"\nper {kind}:")
         print(res.table(keys))
+
+
+# --- metric options: --percentiles and --metrics -------------------------------------------
+
+DEFAULT_PERCENTILES = (50.0, 90.0, 99.0)
+VOCABULARIES = ("vllm",)
+
+
+def percentile_list(text: str) -> tuple[float, ...]:
+    """An argparse type: comma-separated percentiles in [0, 100], e.g. ``50,90,99.9``."""
+    out = []
+    for part in text.split(","):
+        try:
+            q = float(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated percentiles such as 50,90,99.9, got {text!r}"
+            ) from None
+        if not (math.isfinite(q) and 0 <= q <= 100):
+            raise argparse.ArgumentTypeError(f"a percentile must be in [0, 100], got {part!r}")
+        out.append(q)
+    return tuple(dict.fromkeys(out))
+
+
+def add_metric_options(r: argparse.ArgumentParser) -> None:
+    """``--percentiles`` and ``--metrics``: extra summary percentiles and other vocabularies."""
+    r.add_argument("--percentiles", type=percentile_list, default=None, metavar="Q,Q,...",
+                   help="add <metric>_p<q> summary keys for these percentiles, e.g. "
+                   "50,90,95,99,99.9 (p50, p90 and p99 are always there; 99.9 -> p99_9); "
+                   "also the percentiles of --metrics vllm (default 50,90,99)")
+    r.add_argument("--metrics", dest="vocabularies", action="append", default=[],
+                   choices=VOCABULARIES, metavar="{" + ",".join(VOCABULARIES) + "}",
+                   help="also write the summary in another tool's vocabulary: vllm writes "
+                   "summary_vllm.json with vllm bench serve's keys and units (repeatable)")
+
+
+def apply_percentiles(res: Results, args: argparse.Namespace) -> None:
+    """Add the ``--percentiles`` keys to every variant's summary (before anything is written)."""
+    if args.percentiles:
+        res.add_percentiles(args.percentiles)
+
+
+def write_metric_vocabularies(res: Results, args: argparse.Namespace, out: Path) -> list[Path]:
+    """Write the ``--metrics`` files (``summary_vllm.json``) into ``out``; return their paths."""
+    qs: Sequence[float] = args.percentiles or DEFAULT_PERCENTILES
+    written = []
+    if "vllm" in args.vocabularies:
+        written.append(res.write_vllm_bench(out, qs))
+    return written

@@ -37,6 +37,7 @@ from orcasim.experiments.store import (
     assemble,
     first_line,
 )
+from orcasim.plugins import with_plugins
 from orcasim.scenario import Scenario, VariantConfig, load_scenario
 
 if TYPE_CHECKING:
@@ -294,9 +295,10 @@ def _execute(
     import joblib
 
     jobs = n_jobs if n_jobs is not None else -1
+    run = with_plugins(execute_run)  # workers import the plugins before unpickling a task
 
     def calls(tasks: list[Task]) -> Iterator[Any]:
-        return (joblib.delayed(execute_run)(t.cfg, t.seed, t.keep_requests, t.run_id)
+        return (joblib.delayed(run)(t.cfg, t.seed, t.keep_requests, t.run_id)
                 for t in tasks)
 
     if backend == "loky" and (jobs == 1 or (jobs == -1 and (os.cpu_count() or 1) == 1)):

@@ -152,3 +152,44 @@ def pm_table(agg: pd.DataFrame, by: Sequence[str], metrics: Sequence[str]) -> pd
     wide.insert(0, "n", n.to_numpy())
     wide.columns.name = None
     return wide.reset_index() if keys else wide.reset_index(drop=True)
+
+
+Adjust = Literal["holm", "bh", "none"]
+ADJUST_METHODS: tuple[Adjust, ...] = ("holm", "bh", "none")
+
+
+def adjust_pvalues(p: Sequence[float] | np.ndarray, method: Adjust = "holm") -> np.ndarray:
+    """P-values adjusted for testing them all at once (NaN entries are left out and stay NaN).
+
+    ``"holm"`` controls the family-wise error rate (the chance of any false
+    positive among the rows) under any dependence between the tests, which
+    suits the rows of one comparison: they share runs. ``"bh"``
+    (Benjamini-Hochberg) controls the expected share of false positives among
+    the rows called significant, and rejects more. ``"none"`` returns ``p``.
+    """
+    p = np.asarray(p, dtype=np.float64)
+    if method not in ADJUST_METHODS:
+        raise ValueError(f'"method" must be one of {", ".join(ADJUST_METHODS)}, not {method!r}')
+    out = p.copy()
+    ok = np.isfinite(p)
+    if method == "none" or not ok.any():
+        return out
+    out[ok] = _holm(p[ok]) if method == "holm" else _benjamini_hochberg(p[ok])
+    return out
+
+
+def _holm(p: np.ndarray) -> np.ndarray:
+    """Holm's step-down: the i-th smallest p times ``m - i + 1``, made non-decreasing."""
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    stepped = np.maximum.accumulate((m - np.arange(m)) * p[order])
+    out = np.empty(m)
+    out[order] = np.minimum(stepped, 1.0)
+    return out
+
+
+def _benjamini_hochberg(p: np.ndarray) -> np.ndarray:
+    """Benjamini-Hochberg's step-up adjustment, from :func:`scipy.stats.false_discovery_control`."""
+    from scipy import stats
+
+    return np.asarray(stats.false_discovery_control(p, method="bh"), dtype=np.float64)

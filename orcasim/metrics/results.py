@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from orcasim.metrics.summary import request_latencies
+from orcasim.metrics.summary import extra_percentiles, merge_percentiles, request_latencies
 from orcasim.request import RequestState
 
 if TYPE_CHECKING:
@@ -113,6 +113,23 @@ class VariantResult:
             ]
         )
 
+    def add_percentiles(self, qs: Sequence[float]) -> None:
+        """Add ``<metric>_p<q>`` summary keys for percentiles ``qs`` beyond p50/p90/p99.
+
+        Existing keys and values stay as they are; see
+        :func:`orcasim.metrics.summary.extra_percentiles` for what is covered.
+        """
+        m = self.config.metrics
+        extra = extra_percentiles(self.columns, self.itl, qs, warmup=m.warmup,
+                                  cooldown=m.cooldown)
+        self.summary = merge_percentiles(self.summary, extra)
+
+    def vllm_bench(self, percentiles: Sequence[float] = (50, 90, 99)) -> dict[str, float]:
+        """This variant under ``vllm bench serve``'s result keys and units (ms, tok/s, req/s)."""
+        from orcasim.metrics.vocabulary import vllm_bench_metrics
+
+        return vllm_bench_metrics(self, percentiles)
+
     def format_steps(self) -> str:
         """The per-step schedule in the form ``step 3: C | B`` (one line per step)."""
         if self.steps is None:
@@ -184,6 +201,47 @@ class Results(Mapping[str, VariantResult]):
         df = pd.concat(frames, ignore_index=True)
         return df[["variant", *[c for c in df.columns if c != "variant"]]]
 
+    def add_percentiles(self, qs: Sequence[float]) -> None:
+        """Add ``<metric>_p<q>`` summary keys for percentiles ``qs`` to every variant."""
+        for v in self.variants.values():
+            v.add_percentiles(qs)
+
+    def vllm_bench(
+        self, percentiles: Sequence[float] = (50, 90, 99)
+    ) -> dict[str, dict[str, float]]:
+        """``variant -> vllm bench serve result keys`` (see :mod:`orcasim.metrics.vocabulary`)."""
+        return {name: v.vllm_bench(percentiles) for name, v in self.variants.items()}
+
+    def tidy(self) -> pd.DataFrame:
+        """The summary as a long table: one row per variant and summary key.
+
+        Columns ``variant, group_kind, group, metric, value, unit``: a
+        ``class.<name>.<metric>`` or ``tenant.<name>.<metric>`` key becomes
+        ``group_kind`` class/tenant, ``group`` <name> and ``metric`` <metric>;
+        run-wide keys have ``group_kind`` and ``group`` None. Long tables
+        concatenate across runs and feed plotting and SQL tools directly.
+        """
+        import pandas as pd
+
+        rows = [
+            (name, *split_summary_key(key), value)
+            for name, v in self.variants.items()
+            for key, value in v.summary.items()
+        ]
+        df = pd.DataFrame(rows, columns=["variant", "group_kind", "group", "metric", "value"],
+                          dtype=object)
+        df["value"] = df["value"].astype("float64")
+        df["unit"] = pd.Series([metric_unit(m) for m in df["metric"]], index=df.index,
+                               dtype=object)
+        return df
+
+    def write_vllm_bench(self, out_dir: str | Path,
+                         percentiles: Sequence[float] = (50, 90, 99)) -> Path:
+        """Write ``summary_vllm.json`` (variant -> vllm bench serve keys); return its path."""
+        p = Path(out_dir) / "summary_vllm.json"
+        p.write_text(json.dumps(_jsonable(self.vllm_bench(percentiles)), indent=2) + "\n")
+        return p
+
     def summary_frame(self) -> pd.DataFrame:
         """Metrics as rows, variants as columns."""
         import pandas as pd
@@ -203,7 +261,8 @@ class Results(Mapping[str, VariantResult]):
         return "\n".join(lines)
 
     def write(self, out_dir: str | Path, *, plots: bool = True) -> list[Path]:
-        """Write summary.json, requests.csv, series.csv (and steps.csv, plots); return the paths."""
+        """Write summary.json, summary_long.csv (and .parquet), requests.csv, series.csv
+        (and kv.csv, steps.csv, plots); return the paths."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         written = []
@@ -216,6 +275,7 @@ class Results(Mapping[str, VariantResult]):
         p = out / "summary.json"
         p.write_text(json.dumps(_jsonable(summary), indent=2) + "\n")
         written.append(p)
+        written += self._write_tidy(out)
         p = out / "requests.csv"
         self.requests.to_csv(p, index=False)
         written.append(p)
@@ -241,6 +301,66 @@ class Results(Mapping[str, VariantResult]):
 
             written += plotting.write_all(self, out)
         return written
+
+
+    def _write_tidy(self, out: Path) -> list[Path]:
+        """``summary_long.csv``, and ``summary_long.parquet`` when pyarrow is installed."""
+        df = self.tidy()
+        p = out / "summary_long.csv"
+        df.to_csv(p, index=False)
+        written = [p]
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            return written
+        p = out / "summary_long.parquet"
+        df.to_parquet(p, index=False)
+        written.append(p)
+        return written
+
+
+_GROUP_KINDS = ("class", "tenant")
+
+
+def split_summary_key(key: str) -> tuple[str | None, str | None, str]:
+    """Split a summary key into ``(group_kind, group, metric)``.
+
+    ``"class.a.ttft_p99"`` -> ``("class", "a", "ttft_p99")``; a run-wide key
+    ``k`` -> ``(None, None, k)``. The group name is everything between the
+    kind and the last dot, as in :func:`orcasim.metrics.groups.split_groups`.
+    """
+    kind, dot, rest = key.partition(".")
+    if dot and kind in _GROUP_KINDS and "." in rest:
+        name, _, metric = rest.rpartition(".")
+        return kind, name, metric
+    return None, None, key
+
+
+_LATENCIES = ("queue_delay_", "ttft_", "tpot_", "itl_", "e2e_")
+_SHARES = ("_share", "_fraction", "_utilisation", "_rate", "_attainment", "_index",
+           "kv_alloc_waste", "kv_peak_usage")
+
+
+def metric_unit(metric: str) -> str:
+    """The unit of a summary metric: s, ms, tok/s, req/s, share, bytes or count.
+
+    Decided by the metric's name (``_s`` seconds, ``_tok_s``, ``_req_s``,
+    latency statistics in seconds, shares in [0, 1]); everything else counts
+    requests, tokens, steps or blocks.
+    """
+    if metric.endswith("_tok_s"):
+        return "tok/s"
+    if metric.endswith("_req_s") or metric == "requests_per_s":
+        return "req/s"
+    if metric.endswith("_ms"):
+        return "ms"
+    if metric.endswith("_s") or metric.startswith(_LATENCIES):
+        return "s"
+    if metric.endswith(_SHARES):
+        return "share"
+    if metric.endswith("_bytes"):
+        return "bytes"
+    return "count"
 
 
 def _fmt(v: float) -> str:

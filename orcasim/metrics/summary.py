@@ -8,7 +8,8 @@
 - throughput = output tokens / makespan (makespan: time of the last finish, from t = 0)
 
 Latency metrics are over finished requests. Each gets ``_mean``, ``_p50``,
-``_p90`` and ``_p99``.
+``_p90`` and ``_p99``; :func:`extra_percentiles` and :func:`merge_percentiles`
+add others on request (``orcasim run --percentiles``) without touching these.
 
 With a warm-up or cool-down (``metrics.warmup``/``metrics.cooldown``, fractions
 of the arrival span ``[0, last arrival]``), the latency metrics and the SLO
@@ -22,6 +23,7 @@ same window).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -151,4 +153,87 @@ def summarize(
     if slots:
         out["slot_utilisation"] = sum_batch / (num_steps * slots) if num_steps else float("nan")
     out.update(group_summary(cols, lat, makespan, met, inside))
+    return out
+
+
+def percentile_label(q: float) -> str:
+    """``q`` as vLLM writes it in a key: ``99`` for 99 or 99.0, ``99.9`` for 99.9."""
+    return str(int(q)) if float(q).is_integer() else str(q)
+
+
+def percentile_suffix(q: float) -> str:
+    """The summary-key suffix of percentile ``q``: ``p99``, ``p99_9``.
+
+    The decimal point becomes ``_`` because ``.`` separates the parts of the
+    ``class.<name>.<metric>`` keys, which are split at their last dot.
+    """
+    return "p" + percentile_label(q).replace(".", "_")
+
+
+def extra_percentiles(
+    cols: dict[str, Any],
+    itl: tuple[np.ndarray, np.ndarray],
+    qs: Sequence[float],
+    *,
+    warmup: float = 0.0,
+    cooldown: float = 0.0,
+) -> dict[str, dict[float, float]]:
+    """``prefix -> {q: value}`` for the percentiles in ``qs`` that the summary lacks.
+
+    Covers the run-wide latencies and the per-class ones (``class.<name>.ttft``
+    ...), over the same requests as :func:`summarize`. ITL is left out under a
+    warm-up/cool-down window: the results do not keep the ITL samples' times
+    that would restrict it to the window.
+    """
+    extra = [float(q) for q in dict.fromkeys(qs) if q not in QUANTILES]
+    if not extra:
+        return {}
+    finished = cols["state"] == int(RequestState.FINISHED)
+    window = steady_state_window(cols["arrival"], warmup, cooldown)
+    if window is not None:
+        t0, t1 = window
+        finished &= (cols["arrival"] >= t0) & (cols["arrival"] <= t1)
+    lat = request_latencies(cols)
+    out: dict[str, dict[float, float]] = {}
+    for name in ("queue_delay", "ttft", "tpot", "e2e"):
+        out[name] = dict(zip(extra, percentiles(lat[name][finished], extra), strict=True))
+    if window is None:
+        out["itl"] = dict(zip(extra, weighted_percentiles(*itl, extra), strict=True))
+    for cls in dict.fromkeys(c for c in cols["cls"] if c is not None):
+        member = finished & np.array([c == cls for c in cols["cls"]], dtype=bool)
+        for name in ("queue_delay", "ttft", "tpot", "e2e"):
+            values = percentiles(lat[name][member], extra)
+            out[f"class.{cls}.{name}"] = dict(zip(extra, values, strict=True))
+    return out
+
+
+def merge_percentiles(
+    summary: dict[str, float], extra: dict[str, dict[float, float]]
+) -> dict[str, float]:
+    """``summary`` with the ``extra`` percentiles inserted among their siblings, in order of q.
+
+    ``ttft_p95`` lands between ``ttft_p90`` and ``ttft_p99`` and ``ttft_p99_9``
+    after ``ttft_p99``, so summary.json reads in order; existing keys keep
+    their values and relative order.
+    """
+    pending = {prefix: sorted(qv.items()) for prefix, qv in extra.items()}
+    defaults = {percentile_suffix(q): float(q) for q in QUANTILES}
+    out: dict[str, float] = {}
+
+    def flush(prefix: str, below: float) -> None:
+        todo = pending.get(prefix, [])
+        while todo and todo[0][0] < below:
+            q, v = todo.pop(0)
+            out[f"{prefix}_{percentile_suffix(q)}"] = v
+
+    for key, value in summary.items():
+        prefix, sep, suffix = key.rpartition("_")
+        q = defaults.get(suffix) if sep else None
+        if q is not None:
+            flush(prefix, q)
+        out[key] = value
+        if q == max(QUANTILES):
+            flush(prefix, float("inf"))
+    for prefix in pending:
+        flush(prefix, float("inf"))
     return out
