@@ -101,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
     out = check_output_dir(args.out if args.out is not None else Path("orcasim-out") / sc.name)
     seed = sc.seed if args.seed is None else args.seed
     drawn = check_scenario(sc, seed, args.variants)
-    print(f"scenario {sc.name} ({sc.source}), seed {seed}, variants: {', '.join(sc.variant_names)}")
+    chosen = [n for n in sc.variant_names if not args.variants or n in args.variants]
+    print(f"scenario {sc.name} ({sc.source}), seed {seed}, variants: {', '.join(chosen)}")
     res = simulate(sc, seed, variants=args.variants, trace_steps=args.steps, workloads=drawn)
     apply_percentiles(res, args)
     _print_results(res, args.steps)

@@ -42,7 +42,12 @@ def trace(args: argparse.Namespace) -> int:
     print(f"{args.workload}: {len(workload.requests)} requests, {len(lines)} steps "
           f"(last step {summary['last_step']}), {summary['num_preemptions']} preemptions, "
           f"{summary['ms_per_step']} ms/step; wrote {out}")
-    return 0 if ref is None else _compare(lines, ref, args.compare)
+    if ref is None:
+        return 0
+    if args.block_tables and not has_block_tables(ref):
+        print("block tables not compared: the reference has none")
+        lines = without_block_tables(lines)
+    return _compare(lines, ref, args.compare)
 
 
 def _reference(path: Path, block_tables: bool) -> list[dict[str, Any]]:
@@ -57,12 +62,24 @@ def _reference(path: Path, block_tables: bool) -> list[dict[str, Any]]:
         raise UsageError(f"{path}: cannot read the reference trace: {reason}") from None
     if not all(isinstance(line, dict) for line in ref):
         raise UsageError(f"{path}: not a step trace (every line must be a JSON object)")
-    if not block_tables:  # the reference may list block tables; compare the rest
-        for line in ref:
-            for e in line.get("scheduled", ()):
-                if isinstance(e, dict):
-                    e.pop("blocks", None)
-    return ref
+    return ref if block_tables else without_block_tables(ref)
+
+
+def has_block_tables(lines: list[dict[str, Any]]) -> bool:
+    """Whether any scheduled entry of the trace lists its block ids (``--block-tables``)."""
+    return any(isinstance(e, dict) and "blocks" in e
+               for line in lines for e in line.get("scheduled", ()))
+
+
+def without_block_tables(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A copy of the trace lines without block ids, to compare the rest of two traces."""
+    return [
+        {**line, "scheduled": [
+            {k: v for k, v in e.items() if k != "blocks"} if isinstance(e, dict) else e
+            for e in line["scheduled"]]}
+        if isinstance(line.get("scheduled"), list) else line
+        for line in lines
+    ]
 
 
 def _compare(lines: list[dict[str, Any]], ref: list[dict[str, Any]], path: Path) -> int:

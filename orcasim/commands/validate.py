@@ -13,8 +13,10 @@ import argparse
 
 def register(sub: argparse._SubParsersAction) -> None:
     v = sub.add_parser("validate", help="check a scenario file and print its resolved variants")
-    v.add_argument("scenario")
-    v.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE")
+    v.add_argument("scenario", help="scenario YAML file or built-in name (e.g. seed_orca)")
+    v.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override a scenario field before checking it, e.g. "
+                   "--set policy.max_batch=16 (repeatable)")
     v.set_defaults(handler=validate)
 
 

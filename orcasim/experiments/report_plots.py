@@ -12,8 +12,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from orcasim.metrics.plots import colors, wants_log
+
 if TYPE_CHECKING:
     import pandas as pd
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 LABELS = {
@@ -31,6 +34,38 @@ LABELS = {
 }
 
 
+#: swept parameters by schema path: (what it is, unit); others fall back to their last path part
+PARAM_LABELS: dict[str, tuple[str, str]] = {
+    "workload.arrival.rate": ("arrival rate", "req/s"),
+    "workload.num_requests": ("requests", "count"),
+    "workload.arrival.cv": ("arrival CV", ""),
+    "policy.max_batch": ("max batch size", "requests"),
+    "policy.token_budget": ("token budget", "tokens/step"),
+    "policy.watermark": ("KV watermark", "share of KV"),
+    "policy.chunk_size": ("prefill chunk", "tokens"),
+    "memory.num_blocks": ("KV blocks", "blocks"),
+    "memory.block_size": ("KV block size", "tokens"),
+    "engine.latency.step_time": ("step time", "s"),
+    "clients.patience": ("client patience", "s"),
+}
+
+
+def param_label(path: str) -> str:
+    """An axis label for a swept schema path: ``workload.arrival.rate`` -> ``arrival rate (req/s)``.
+
+    Common fields come from :data:`PARAM_LABELS`; any other path reads as its last
+    part with spaces for underscores.
+    """
+    name, unit = PARAM_LABELS.get(path, (path.rsplit(".", 1)[-1].replace("_", " "), ""))
+    return f"{name} ({unit})" if unit else name
+
+
+def param_value(path: str, value: object) -> str:
+    """``arrival rate = 1.5 req/s``: a panel title for one value of a swept parameter."""
+    name, unit = PARAM_LABELS.get(path, (path.rsplit(".", 1)[-1].replace("_", " "), ""))
+    return f"{name} = {value}" + (f" {unit}" if unit and unit != "count" else "")
+
+
 def _plt():  # type: ignore[no-untyped-def]
     import matplotlib
 
@@ -40,10 +75,20 @@ def _plt():  # type: ignore[no-untyped-def]
     return plt
 
 
-def _palette(names: Sequence[str]) -> dict[str, tuple[float, float, float]]:
-    import seaborn as sns
+def _palette(names: Sequence[str]) -> dict[str, str]:
+    return colors(names)
 
-    return dict(zip(names, sns.color_palette("deep", len(names)), strict=True))
+
+def _log_if_wide(ax: Axes, values: np.ndarray, axis: str = "y") -> None:
+    """Log-scale a latency axis whose positive values span more than two decades."""
+    if wants_log(values):
+        (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
+
+
+def _int_ticks(ax: Axes) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def metric_vs_param(agg: pd.DataFrame, x: str, metrics: Sequence[str], hue: str = "variant",
@@ -64,6 +109,8 @@ def metric_vs_param(agg: pd.DataFrame, x: str, metrics: Sequence[str], hue: str 
     cols = list(dict.fromkeys(agg[col])) if col else [None]
     for ax, m in zip(axes.flat, metrics, strict=False):
         d = agg[agg["metric"] == m]
+        if _is_latency(m):
+            _log_if_wide(ax, d[["mean", "low", "high"]].to_numpy(float).ravel())
         for h in hues:
             for k, c in enumerate(cols):
                 sel = d
@@ -74,14 +121,14 @@ def metric_vs_param(agg: pd.DataFrame, x: str, metrics: Sequence[str], hue: str 
                 sel = sel.sort_values(x)
                 if sel.empty:
                     continue
-                label = str(h) if c is None else f"{h}, {col}={c}"
+                label = str(h) if c is None else f"{h}, {param_value(col or '', c)}"
                 color = colors[str(h)]
                 ax.plot(sel[x], sel["mean"], styles[k % 4], marker="o", ms=4, color=color,
                         label=label)
                 lo, hi = sel["low"].to_numpy(float), sel["high"].to_numpy(float)
                 if np.isfinite(lo).any():
                     ax.fill_between(sel[x], lo, hi, color=color, alpha=0.2, linewidth=0)
-        ax.set_xlabel(x)
+        ax.set_xlabel(param_label(x))
         ax.set_ylabel(LABELS.get(m, m))
         ax.grid(True, alpha=0.3)
     for ax in axes.flat[len(metrics):]:
@@ -92,6 +139,10 @@ def metric_vs_param(agg: pd.DataFrame, x: str, metrics: Sequence[str], hue: str 
                    frameon=False, bbox_to_anchor=(0.5, 1.0))
     fig.tight_layout(rect=(0, 0, 1, 0.93))
     return fig
+
+
+def _is_latency(metric: str) -> bool:
+    return metric.startswith(("ttft", "tpot", "itl", "e2e", "queue_delay"))
 
 
 def metric_bars(agg: pd.DataFrame, point: str, metrics: Sequence[str]) -> Figure:
@@ -110,6 +161,8 @@ def metric_bars(agg: pd.DataFrame, point: str, metrics: Sequence[str]) -> Figure
                color=colors, capsize=4)
         ax.set_xticks(range(len(d)), labels, rotation=20, ha="right", fontsize="small")
         ax.set_ylabel(LABELS.get(m, m))
+        if _is_latency(m):
+            _log_if_wide(ax, d["mean"].to_numpy(float))
         ax.grid(True, axis="y", alpha=0.3)
     for ax in axes.flat[len(metrics):]:
         ax.set_visible(False)
@@ -121,38 +174,24 @@ def latency_cdfs(req: pd.DataFrame, facet: str | None = None) -> Figure:
     """ECDFs of TTFT and E2E of finished requests: colour = variant, line style = class.
 
     ``req`` holds the kept per-request rows with a ``variant`` column (and
-    ``facet``, one column of panels per value).
+    ``facet``, one column of panels per value). Each panel's x axis is
+    logarithmic when its values span more than two decades.
     """
     plt = _plt()
     df = req[req["state"] == "finished"]
     facets = list(dict.fromkeys(df[facet])) if facet else [None]
-    classes = sorted(df["cls"].dropna().unique()) if "cls" in df else []
-    by_class = len(classes) > 1
     fig, axes = plt.subplots(2, len(facets), figsize=(4.2 * len(facets) + 1, 6.4),
                              squeeze=False, sharey=True)
-    variants = list(dict.fromkeys(df["variant"]))
-    palette = _palette(variants)
-    styles = ["-", "--", ":", "-."]
     for j, f in enumerate(facets):
         d = df if f is None else df[df[facet] == f]
         for i, (colname, label) in enumerate((("ttft", "TTFT (s)"), ("e2e", "E2E latency (s)"))):
             ax = axes[i, j]
-            for v in variants:
-                dv = d[d["variant"] == v]
-                groups = [(c, dv[dv["cls"] == c]) for c in classes] if by_class else [(None, dv)]
-                for k, (c, g) in enumerate(groups):
-                    x = np.sort(g[colname].to_numpy(float))
-                    x = x[np.isfinite(x)]
-                    if x.size == 0:
-                        continue
-                    y = np.arange(1, x.size + 1) / x.size
-                    ax.step(x, y, where="post", color=palette[v], ls=styles[k % 4], lw=1.4,
-                            label=v if c is None else f"{v}, class {c}")
+            _cdf_lines(ax, d, colname)
             ax.set_xlabel(label)
-            ax.set_ylabel("proportion" if j == 0 else "")
+            ax.set_ylabel("fraction of requests" if j == 0 else "")
             ax.grid(True, alpha=0.3)
             if f is not None and i == 0:
-                ax.set_title(f"{facet} = {f}", fontsize="medium")
+                ax.set_title(param_value(facet or "", f), fontsize="medium")
     handles, labels = axes[0, 0].get_legend_handles_labels()
     if handles:
         axes[0, -1].legend(handles, labels, fontsize="small", loc="lower right")
@@ -160,49 +199,98 @@ def latency_cdfs(req: pd.DataFrame, facet: str | None = None) -> Figure:
     return fig
 
 
+def _cdf_lines(ax: Axes, d: pd.DataFrame, colname: str) -> None:
+    """One step ECDF per variant (and class, by line style) of column ``colname``."""
+    classes = sorted(d["cls"].dropna().unique()) if "cls" in d else []
+    by_class = len(classes) > 1
+    variants = list(dict.fromkeys(d["variant"]))
+    palette = _palette(variants)
+    styles = ["-", "--", ":", "-."]
+    for v in variants:
+        dv = d[d["variant"] == v]
+        groups = [(c, dv[dv["cls"] == c]) for c in classes] if by_class else [(None, dv)]
+        for k, (c, g) in enumerate(groups):
+            x = np.sort(g[colname].to_numpy(float))
+            x = x[np.isfinite(x)]
+            if x.size == 0:
+                continue
+            y = np.arange(1, x.size + 1) / x.size
+            ax.step(x, y, where="post", color=palette[v], ls=styles[k % 4], lw=1.4,
+                    label=v if c is None else f"{v}, class {c}")
+    _log_if_wide(ax, d[colname].to_numpy(float), axis="x")
+
+
 def gantt(req: pd.DataFrame, num_requests: int = 60) -> Figure:
-    """Lifetime of the first ``num_requests`` requests per variant: waiting grey, running blue."""
+    """Lifetime of the first ``num_requests`` requests per variant: waiting grey, running blue.
+
+    Requests are labelled by name when the workload names them; the title says
+    how many of how many requests are shown, and the time axis covers them fully.
+    """
     plt = _plt()
     names = list(dict.fromkeys(req["variant"]))
     fig, axes = plt.subplots(len(names), 1, figsize=(10, 2.4 * len(names) + 0.6), sharex=True,
                              squeeze=False)
+    t_end = 0.0
     for ax, name in zip(axes[:, 0], names, strict=True):
-        d = req[req["variant"] == name].sort_values("id").head(num_requests)
-        start = d["first_scheduled"].fillna(d["finish"]).fillna(d["arrival"])
-        end = d["finish"].fillna(start)
-        ax.barh(d["id"], start - d["arrival"], left=d["arrival"], height=0.8, color="0.78",
-                label="waiting")
-        ax.barh(d["id"], end - start, left=start, height=0.8, color="tab:blue", alpha=0.75,
-                label="running")
-        bad = d[d["state"] != "finished"]
-        if not bad.empty:
-            ax.scatter(bad["arrival"], bad["id"], marker="x", color="tab:red", s=18,
-                       label="rejected/aborted", zorder=3)
-        ax.set_ylabel("request id")
-        ax.set_title(name, fontsize="medium", loc="left")
-        ax.grid(True, axis="x", alpha=0.3)
-    axes[0, 0].legend(loc="lower right", fontsize="small")
+        every = req[req["variant"] == name].sort_values("id")
+        d = every.head(num_requests)
+        t_end = max(t_end, _gantt_bars(ax, d))
+        what = f"first {len(d):,} of {len(every):,}" if len(d) < len(every) else f"all {len(d):,}"
+        ax.set_title(f"{name}: {what} requests", fontsize="medium", loc="left")
+    axes[0, 0].set_xlim(0, t_end * 1.02 if t_end > 0 else 1)
+    axes[0, 0].legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=3, fontsize="small",
+                      frameon=False)
     axes[-1, 0].set_xlabel("time (s)")
     fig.tight_layout()
     return fig
 
 
+def _gantt_bars(ax: Axes, d: pd.DataFrame) -> float:
+    """One variant's lifetime bars, top to bottom; return the latest time drawn."""
+    start = d["first_scheduled"].fillna(d["finish"]).fillna(d["arrival"])
+    end = d["finish"].fillna(start)
+    rows = np.arange(len(d))
+    ax.barh(rows, start - d["arrival"], left=d["arrival"], height=0.8, color="0.78",
+            label="waiting")
+    ax.barh(rows, end - start, left=start, height=0.8, color="tab:blue", alpha=0.75,
+            label="running")
+    bad = d["state"].to_numpy() != "finished"
+    if bad.any():
+        ax.scatter(d["arrival"][bad], rows[bad], marker="x", color="tab:red", s=18,
+                   label="rejected/aborted", zorder=3)
+    named = "name" in d and (d["name"].astype(str) != d["id"].astype(str)).any()
+    step = max(1, len(d) // 8)
+    if named and len(d) <= 40:
+        ax.set_yticks(rows, d["name"].astype(str).tolist())
+        ax.set_ylabel("request")
+    else:
+        ax.set_yticks(rows[::step], d["id"].to_numpy()[::step])
+        ax.set_ylabel("request id")
+    ax.set_ylim(len(d) - 0.5, -0.5)
+    ax.grid(True, axis="x", alpha=0.3)
+    return float(np.nanmax(end.to_numpy(float), initial=0.0))
+
+
 def over_time(series: pd.DataFrame) -> Figure:
     """Queue length, batch size and (when recorded) KV usage over time, one line per variant."""
-    import seaborn as sns
-
     plt = _plt()
     s = series.assign(t=(series["t_start"] + series["t_end"]) / 2)
-    panels = [("num_waiting", "requests waiting"), ("batch_size", "batch size")]
+    panels = [("num_waiting", "mean requests waiting\n(requests)"),
+              ("batch_size", "mean batch size\n(requests)")]
     panels += [(c, c.replace("_", " ")) for c in kv_columns(series)]
     fig, axes = plt.subplots(len(panels), 1, figsize=(10, 2.3 * len(panels) + 0.5),
                              sharex=True, squeeze=False)
-    palette = _palette(list(dict.fromkeys(s["variant"])))
+    variants = list(dict.fromkeys(s["variant"]))
+    palette = _palette(variants)
     for ax, (col, label) in zip(axes[:, 0], panels, strict=True):
-        sns.lineplot(data=s, x="t", y=col, hue="variant", palette=palette, ax=ax,
-                     drawstyle="steps-mid", legend=ax is axes[0, 0], linewidth=1)
+        for v in variants:
+            d = s[s["variant"] == v].sort_values("t")
+            ax.step(d["t"], d[col], where="mid", color=palette[v], lw=1, label=v)
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
+        if not col.startswith("kv"):
+            _int_ticks(ax)
+    axes[0, 0].legend(fontsize="small", loc="upper right")
     axes[-1, 0].set_xlabel("time (s)")
     fig.tight_layout()
     return fig

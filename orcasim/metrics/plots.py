@@ -1,21 +1,49 @@
-"""Plots of a run (seaborn/matplotlib), imported only when plots are written.
+"""Plots of a run (matplotlib), imported only when plots are written.
 
 - ``gantt.png``: each request's lifetime, waiting (grey) then running (blue),
-  one panel per variant, as in the seed notebook;
-- ``latency_cdf.png``: empirical CDFs of queue delay, TTFT, TPOT and E2E per variant;
+  one panel per variant, labelled by request name, over the full time range
+  of the requests it shows (the title says "first N of M" when it shows a part);
+- ``latency_cdf.png``: empirical CDFs of TTFT, TPOT and E2E per variant, one row
+  of panels per request class when the workload has classes. Queue delay is
+  left out: it is TTFT minus the first prefill step, so its curve repeats the
+  TTFT panel. Each panel's x axis is logarithmic when its values span more than
+  two decades, so a single outlier cannot flatten the other curves;
 - ``timeline.png``: batch size and queue length over time per variant;
 - ``kv_usage.png``: KV memory allocated and holding tokens over time (memory runs).
+
+Every figure's title names the scenario, the variants with their settings, the
+request count and the seed. Time is labelled "steps" for a constant step time
+of 1 (worked examples), seconds otherwise. The CDFs are drawn with numpy and
+matplotlib directly (sort + step): seaborn and scipy are not imported, which
+keeps a small run's plotting well under a second.
 """
 
 from __future__ import annotations
 
+import textwrap
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
     from orcasim.metrics.results import Results
+
+#: seaborn's "deep" palette, spelled out so that drawing does not import seaborn (and scipy)
+PALETTE = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3",
+           "#8C8C8C", "#CCB974", "#64B5CD")
+LINESTYLES = ("-", "--", ":", "-.")
+#: a panel's latency axis turns logarithmic when max / min of its positive values exceeds this
+LOG_SPAN = 100.0
+#: above this many requests the Gantt chart labels them by id ticks instead of by name
+MAX_NAMED_ROWS = 40
+
+CDF_METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E latency"))
 
 
 def _pyplot():  # type: ignore[no-untyped-def]
@@ -27,74 +55,210 @@ def _pyplot():  # type: ignore[no-untyped-def]
     return plt
 
 
+def colors(names: Iterable[str]) -> dict[str, str]:
+    """One palette colour per name, in order (cycling after ten)."""
+    return {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
+
+
+def wants_log(values: Any, span: float = LOG_SPAN) -> bool:
+    """Whether ``values`` (positive, finite ones) span more than ``span`` (two decades)."""
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x) & (x > 0)]
+    return bool(x.size >= 2 and x.max() / x.min() > span)
+
+
+def time_unit(results: Results) -> str:
+    """``"steps"`` when every variant's latency is a constant step time of 1, else ``"s"``."""
+    for v in results.values():
+        lat = v.config.latency
+        if lat.type != "constant" or getattr(lat.params, "step_time", None) != 1.0:
+            return "s"
+    return "steps"
+
+
+def num_requests(results: Results) -> int:
+    """Requests per variant (the largest, should the variants differ)."""
+    return max((len(v.columns["id"]) for v in results.values()), default=0)
+
+
+def _leaves(d: Mapping[str, Any]) -> list[str]:
+    """Override leaves as ``key=value``; a component's ``type`` as its bare value."""
+    out: list[str] = []
+    for k, val in d.items():
+        if isinstance(val, Mapping):
+            out += _leaves(val)
+        else:
+            out.append(str(val) if k == "type" else f"{k}={val}")
+    return out
+
+
+def variant_settings(results: Results) -> str:
+    """Each variant with its overrides, e.g. ``static (static, max_batch=2) vs continuous``."""
+    overrides = getattr(results.scenario.model, "variants", None) or {}
+    parts = []
+    for name in results:
+        text = ", ".join(_leaves(overrides.get(name) or {}))
+        parts.append(f"{name} ({text})" if text else name)
+    return " vs ".join(parts)
+
+
+def run_title(results: Results) -> str:
+    """``"<scenario>: <variants>, <N> requests, seed <s>"``; long variant lists on own lines."""
+    settings = variant_settings(results)
+    tail = f"{num_requests(results):,} requests, seed {results.seed}"
+    if len(settings) <= 80:
+        return f"{results.scenario.name}: {settings}, {tail}"
+    return "\n".join([f"{results.scenario.name}: {len(results)} variants, {tail}",
+                      *textwrap.wrap(settings, 120)])
+
+
+def _finish(fig: Figure, title: str) -> Figure:
+    fig.suptitle(title, fontsize="medium")
+    fig.tight_layout()
+    return fig
+
+
+def _int_ticks(ax: Axes, axis: str = "y") -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    (ax.yaxis if axis == "y" else ax.xaxis).set_major_locator(MaxNLocator(integer=True))
+
+
 def gantt(results: Results, num_requests: int | None = None) -> Figure:
-    """Lifetime Gantt chart of the first ``num_requests`` requests of each variant."""
+    """Lifetime Gantt chart of the first ``num_requests`` requests of each variant.
+
+    Requests are labelled by name when the workload names them (and there are
+    few enough to read), and the time axis spans every shown request fully.
+    """
     plt = _pyplot()
     names = list(results)
-    fig, axes = plt.subplots(len(names), 1, figsize=(9, 2.3 * len(names) + 0.6),
+    unit = time_unit(results)
+    fig, axes = plt.subplots(len(names), 1, figsize=(9, 2.3 * len(names) + 0.9),
                              sharex=True, squeeze=False)
+    shown, total, t_end = 0, 0, 0.0
     for ax, name in zip(axes[:, 0], names, strict=True):
         v = results[name]
         n = num_requests or v.config.output.gantt_requests
-        df = v.requests.sort_values("id").head(n)
-        ax.barh(df["id"], df["first_scheduled"] - df["arrival"], left=df["arrival"], height=0.8,
-                color="0.8", label="waiting")
-        ax.barh(df["id"], df["finish"] - df["first_scheduled"], left=df["first_scheduled"],
-                height=0.8, color="tab:blue", alpha=0.7, label="running")
+        all_rows = v.requests.sort_values("id")
+        df = all_rows.head(n)
+        shown, total = max(shown, len(df)), max(total, len(all_rows))
+        t_end = max(t_end, _gantt_panel(ax, df, unit))
+        ax.set_title(f"{name}: p99 E2E {v.summary['e2e_p99']:.3g} {unit}", fontsize="medium")
+    axes[0, 0].set_xlim(0, t_end * 1.02 if t_end > 0 else 1)
+    axes[0, 0].legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=3, fontsize="small",
+                      frameon=False)
+    axes[-1, 0].set_xlabel(f"time ({unit})")
+    what = f"first {shown:,} of {total:,} requests" if shown < total else f"all {total:,} requests"
+    return _finish(fig, f"{run_title(results)}\nrequest lifetimes, {what}")
+
+
+def _gantt_panel(ax: Axes, df: pd.DataFrame, unit: str) -> float:
+    """Draw one variant's bars; return the latest time shown."""
+    start = df["first_scheduled"].fillna(df["finish"]).fillna(df["arrival"])
+    end = df["finish"].fillna(start)
+    rows = np.arange(len(df))
+    ax.barh(rows, start - df["arrival"], left=df["arrival"], height=0.8, color="0.8",
+            label="waiting")
+    ax.barh(rows, end - start, left=start, height=0.8, color="tab:blue", alpha=0.7,
+            label="running")
+    bad = df["state"].to_numpy() != "finished"
+    if bad.any():
+        ax.scatter(df["arrival"][bad], rows[bad], marker="x", color="tab:red", s=18,
+                   label="rejected/aborted", zorder=3)
+    named = (df["name"] != df["id"].astype(str)).any()
+    if named and len(df) <= MAX_NAMED_ROWS:
+        ax.set_yticks(rows, df["name"].tolist())
+        ax.set_ylabel("request")
+    else:
+        ax.set_yticks(rows[:: max(1, len(df) // 8)], df["id"].to_numpy()[:: max(1, len(df) // 8)])
         ax.set_ylabel("request id")
-        ax.set_title(f"{name}: p99 e2e {v.summary['e2e_p99']:.3g} s")
-        ax.grid(True, axis="x", alpha=0.3)
-    axes[0, 0].legend(loc="lower right", fontsize="small")
-    axes[-1, 0].set_xlabel("time (s)")
-    fig.tight_layout()
-    return fig
+    ax.set_ylim(len(df) - 0.5, -0.5)
+    ax.grid(True, axis="x", alpha=0.3)
+    if unit == "steps":
+        _int_ticks(ax, "x")
+    return float(np.nanmax(end.to_numpy(float), initial=0.0))
 
 
 def latency_cdfs(results: Results) -> Figure:
-    """ECDFs of queue delay, TTFT, TPOT and E2E, one line per variant."""
-    import seaborn as sns
+    """ECDFs of TTFT, TPOT and E2E, one line per variant, one row per request class.
 
+    A workload with classes gets a row of panels per class (all requests
+    mixed together hide the trade-off a class study is about); each panel
+    decides from its own data between a linear and a log x axis.
+    """
     plt = _pyplot()
     df = results.requests
     df = df[df["state"] == "finished"]
-    fig, axes = plt.subplots(2, 2, figsize=(9, 6.5))
-    for ax, (col, label) in zip(
-        axes.flat,
-        [("queue_delay", "queue delay (s)"), ("ttft", "TTFT (s)"), ("tpot", "TPOT (s)"),
-         ("e2e", "E2E latency (s)")],
-        strict=True,
-    ):
-        sns.ecdfplot(data=df, x=col, hue="variant", ax=ax)
-        ax.set_xlabel(label)
-        ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    return fig
+    classes = [c for c in dict.fromkeys(df["cls"].dropna()) if c != ""] if "cls" in df else []
+    rows: list[Any] = classes if len(classes) > 1 else [None]
+    unit = time_unit(results)
+    fig, axes = plt.subplots(len(rows), len(CDF_METRICS),
+                             figsize=(4.2 * len(CDF_METRICS), 3.1 * len(rows) + 0.9),
+                             squeeze=False, sharey=True)
+    palette = colors(results)
+    for i, cls in enumerate(rows):
+        d = df if cls is None else df[df["cls"] == cls]
+        for j, (col, label) in enumerate(CDF_METRICS):
+            ax = axes[i, j]
+            samples = {v: d.loc[d["variant"] == v, col].to_numpy(float) for v in results}
+            ecdf_panel(ax, samples, palette)
+            ax.set_xlabel(f"{label} ({unit})")
+            if cls is not None:
+                ax.set_title(f"class {cls}", fontsize="medium")
+        axes[i, 0].set_ylabel("fraction of requests")
+    axes[0, -1].legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    return _finish(fig, f"{run_title(results)}\nlatency CDFs of finished requests")
+
+
+def ecdf_panel(ax: Axes, samples: Mapping[str, np.ndarray], palette: Mapping[str, str]) -> None:
+    """Step ECDF per sample; a log x axis when the pooled values span > two decades."""
+    pooled = np.concatenate([s for s in samples.values()] or [np.empty(0)])
+    log = wants_log(pooled)
+    for name, s in samples.items():
+        x = np.sort(s[np.isfinite(s)])
+        if x.size == 0:
+            continue
+        y = np.arange(1, x.size + 1) / x.size
+        ax.step(x, y, where="post", color=palette[name], lw=1.4, label=name)
+    if log:
+        pos = pooled[np.isfinite(pooled) & (pooled > 0)]
+        ax.set_xscale("log")
+        ax.set_xlim(pos.min() / 1.3, pos.max() * 1.3)
+    ax.set_ylim(0, 1.02)
+    ax.grid(True, alpha=0.3, which="major")
 
 
 def timeline(results: Results) -> Figure:
-    """Mean batch size and queue length over time (binned for long runs)."""
-    import seaborn as sns
-
+    """Batch size and queue length over time (per-bin means for long runs)."""
     plt = _pyplot()
     s = results.step_series
     s = s.assign(t=(s["t_start"] + s["t_end"]) / 2)
-    fig, axes = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
-    sns.lineplot(data=s, x="t", y="batch_size", hue="variant", ax=axes[0], drawstyle="steps-mid")
-    sns.lineplot(data=s, x="t", y="num_waiting", hue="variant", ax=axes[1], drawstyle="steps-mid")
-    axes[0].set_ylabel("batch size")
-    axes[1].set_ylabel("requests waiting")
-    axes[1].set_xlabel("time (s)")
+    binned = bool((s["num_steps"] > 1).any()) if "num_steps" in s else False
+    mean = "mean " if binned else ""
+    unit = time_unit(results)
+    fig, axes = plt.subplots(2, 1, figsize=(9, 5.9), sharex=True)
+    palette = colors(results)
+    for name in results:
+        d = s[s["variant"] == name]
+        axes[0].step(d["t"], d["batch_size"], where="mid", color=palette[name], lw=1, label=name)
+        axes[1].step(d["t"], d["num_waiting"], where="mid", color=palette[name], lw=1)
+    axes[0].set_ylabel(f"{mean}batch size\n(requests)")
+    axes[1].set_ylabel(f"{mean}requests waiting\n(requests)")
+    axes[1].set_xlabel(f"time ({unit})")
+    axes[0].legend(fontsize="small", loc="upper right")
     for ax in axes:
+        ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    return fig
+        _int_ticks(ax)
+    return _finish(fig, f"{run_title(results)}\nbatch size and queue length over time")
 
 
 def kv_timeline(results: Results) -> Figure:
     """KV memory allocated and holding tokens, % of capacity, over time (memory runs)."""
     plt = _pyplot()
     names = [n for n in results if results[n].kv_series is not None]
-    fig, axes = plt.subplots(len(names), 1, figsize=(9, 2.2 * len(names) + 0.6), sharex=True,
+    unit = time_unit(results)
+    fig, axes = plt.subplots(len(names), 1, figsize=(9, 2.2 * len(names) + 0.9), sharex=True,
                              squeeze=False)
     for ax, name in zip(axes[:, 0], names, strict=True):
         v = results[name]
@@ -104,13 +268,12 @@ def kv_timeline(results: Results) -> Figure:
         ax.fill_between(t, 0, kv["allocated"] / cap, step="mid", alpha=0.35, label="allocated")
         ax.plot(t, kv["tokens"] / cap, drawstyle="steps-mid", lw=0.8, label="real tokens")
         ax.set_ylim(0, 100)
-        ax.set_ylabel("% of KV")
-        ax.set_title(name)
+        ax.set_ylabel("KV capacity (%)")
+        ax.set_title(name, fontsize="medium")
         ax.grid(True, alpha=0.3)
     axes[0, 0].legend(loc="lower right", fontsize="small")
-    axes[-1, 0].set_xlabel("time (s)")
-    fig.tight_layout()
-    return fig
+    axes[-1, 0].set_xlabel(f"time ({unit})")
+    return _finish(fig, f"{run_title(results)}\nKV-cache memory over time")
 
 
 def write_all(results: Results, out: Path) -> list[Path]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 _STATE_NAMES = {int(s): s.name.lower() for s in RequestState}
 
 
-@dataclass
+@dataclass(repr=False)
 class VariantResult:
     """One variant's output."""
 
@@ -130,6 +131,14 @@ class VariantResult:
 
         return vllm_bench_metrics(self, percentiles)
 
+    def __repr__(self) -> str:
+        """``VariantResult('continuous': 500 requests, 500 finished; throughput_tok_s ...)``."""
+        return f"VariantResult({self.name!r}: {_headline(self.summary)})"
+
+    def _repr_html_(self) -> str:
+        """This variant's comparison table (``orcasim run``'s metrics) as HTML, for notebooks."""
+        return _html_tables({self.name: self})
+
     def format_steps(self) -> str:
         """The per-step schedule in the form ``step 3: C | B`` (one line per step)."""
         if self.steps is None:
@@ -157,6 +166,25 @@ class Results(Mapping[str, VariantResult]):
 
     def __len__(self) -> int:
         return len(self.variants)
+
+    def __repr__(self) -> str:
+        """The scenario, seed and variants, each with its request counts and headline metrics."""
+        head = (f"Results(scenario {self.scenario.name!r}, seed {self.seed}, "
+                f"{len(self.variants)} variant(s): {', '.join(self.variants)})")
+        width = max((len(n) for n in self.variants), default=0)
+        lines = [f"  {n + ':':<{width + 1}} {_headline(v.summary)}"
+                 for n, v in self.variants.items()]
+        return "\n".join([head, *lines])
+
+    def _repr_html_(self) -> str:
+        """The comparison table ``orcasim run`` prints (and per-class/tenant tables) as HTML."""
+        caption = (f"<p><b>{_escape(self.scenario.name)}</b>, seed {self.seed}, "
+                   f"variants: {_escape(', '.join(self.variants))}</p>")
+        return caption + _html_tables(self.variants)
+
+    def default_metrics(self) -> list[str]:
+        """The metrics of ``orcasim run``'s comparison table that these results have."""
+        return _default_metrics(self.variants)
 
     @property
     def summary(self) -> dict[str, dict[str, float]]:
@@ -265,6 +293,13 @@ class Results(Mapping[str, VariantResult]):
         (and kv.csv, steps.csv, plots); return the paths."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
+        before = _existing_files(out)
+        written = self._write_files(out, plots)
+        _note_overwritten(out, before, written)
+        return written
+
+    def _write_files(self, out: Path, plots: bool) -> list[Path]:
+        """Write every output file into ``out`` (which exists); return the paths."""
         written = []
         summary = {
             "scenario": self.scenario.name,
@@ -301,7 +336,6 @@ class Results(Mapping[str, VariantResult]):
 
             written += plotting.write_all(self, out)
         return written
-
 
     def _write_tidy(self, out: Path) -> list[Path]:
         """``summary_long.csv``, and ``summary_long.parquet`` when pyarrow is installed."""
@@ -361,6 +395,69 @@ def metric_unit(metric: str) -> str:
     if metric.endswith("_bytes"):
         return "bytes"
     return "count"
+
+
+_HEADLINE = ("throughput_tok_s", "ttft_p99", "e2e_p99")
+
+
+def _headline(summary: Mapping[str, float]) -> str:
+    """``500 requests, 498 finished, 2 rejected; throughput_tok_s 198.5, ...``."""
+    counts = [f"{_fmt(summary[k])} {label}" for k, label in
+              (("num_requests", "requests"), ("num_finished", "finished"),
+               ("num_rejected", "rejected"), ("num_aborted", "aborted"))
+              if k in summary and (k in ("num_requests", "num_finished") or summary[k])]
+    metrics = [f"{k} {_fmt(summary[k])}" for k in _HEADLINE if k in summary]
+    return "; ".join(part for part in (", ".join(counts), ", ".join(metrics)) if part)
+
+
+def _default_metrics(variants: Mapping[str, VariantResult]) -> list[str]:
+    """``orcasim run``'s table metrics present in any variant, then rejection/abort reasons."""
+    from orcasim.commands.run import TABLE_METRICS
+
+    present = [m for m in TABLE_METRICS if any(m in v.summary for v in variants.values())]
+    present += sorted({k for v in variants.values() for k in v.summary
+                       if k.startswith(("rejected_", "aborted_"))})
+    return present
+
+
+def _html_tables(variants: Mapping[str, VariantResult]) -> str:
+    """``orcasim run``'s comparison table, then its per-class/tenant tables, as HTML."""
+    from orcasim.commands.run import group_tables
+
+    parts = [_html_table(variants, _default_metrics(variants))]
+    for kind, keys in group_tables(variants):
+        parts.append(f"<p>per {kind}:</p>" + _html_table(variants, keys))
+    return "\n".join(parts)
+
+
+def _html_table(variants: Mapping[str, VariantResult], metrics: Sequence[str]) -> str:
+    """Metrics as rows, variants as columns, formatted as in :meth:`Results.table`."""
+    import pandas as pd
+
+    df = pd.DataFrame(
+        {n: [_fmt(v.summary.get(k, float("nan"))) for k in metrics] for n, v in variants.items()},
+        index=list(metrics),
+    )
+    df.columns.name = "metric"
+    return df.to_html(classes="orcasim-results")
+
+
+def _escape(text: str) -> str:
+    import html
+
+    return html.escape(text)
+
+
+def _existing_files(out: Path) -> set[Path]:
+    """The files directly in ``out`` (where a run writes its outputs)."""
+    return {p for p in out.iterdir() if p.is_file()}
+
+
+def _note_overwritten(out: Path, before: set[Path], written: Sequence[Path]) -> None:
+    """Say on stderr how many files of a previous run this write replaced (scripts re-run)."""
+    n = len(before & set(written))
+    if n:
+        print(f"note: overwriting {n} files in {out}", file=sys.stderr)
 
 
 def _fmt(v: float) -> str:
