@@ -1,0 +1,171 @@
+"""The ``profile`` latency model: hand-computed steps, the shipped profile, bad files."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+from conftest import ROOT
+
+import orcasim
+from orcasim.cli import main
+from orcasim.errors import ScenarioError
+from orcasim.latency.profile import build_nested, eval_nested
+from orcasim.registry import latency_models
+from orcasim.spec import build_spec
+
+SHIPPED = ROOT.parent / "shared" / "realdata" / "profiles" / "RTXPRO6000" / "meta-llama" / \
+    "Llama-3.1-8B" / "bf16"
+needs_shipped = pytest.mark.skipif(not SHIPPED.is_dir(), reason="shared/realdata not present")
+
+
+def attention_us(pc: float, kp: float, nd: float, kd: float) -> float:
+    """The synthetic attention time: multilinear, so interpolation reproduces it exactly."""
+    return 5 + 0.1 * pc + 0.0001 * pc * kp + 0.5 * nd + 0.001 * nd * kd
+
+
+def write_profile(root: Path) -> Path:
+    """A two-layer profile with two grid points per axis (times in microseconds)."""
+    tp1 = root / "tp1"
+    tp1.mkdir(parents=True)
+    (root / "meta.yaml").write_text("model: toy\nnum_layers: 2\n")
+    # mlp: 10 us at 1 token, +2 us per token; embedding: 1 us, once per step
+    (tp1 / "dense.csv").write_text(
+        "layer,tokens,time_us\nmlp,1,10\nmlp,101,210\nembedding,1,1\nembedding,101,1\n")
+    # lm_head: 100 us at 1 sequence, +10 us per sequence
+    (tp1 / "per_sequence.csv").write_text(
+        "layer,sequences,time_us\nlm_head,1,100\nlm_head,11,200\n")
+    rows = ["prefill_chunk,kv_prefill,n_decode,kv_decode,time_us"]
+    for pc in (0, 100):
+        for kp in (0, 1000):
+            for nd in (0, 10):
+                for kd in (0, 1000):
+                    rows.append(f"{pc},{kp},{nd},{kd},{attention_us(pc, kp, nd, kd)}")
+    (tp1 / "attention.csv").write_text("\n".join(rows) + "\n")
+    return root
+
+
+def model(directory: Path | str, **extra):
+    spec = {"type": "profile", "dir": str(directory), **extra}
+    return build_spec(latency_models, spec, "engine.latency").create()
+
+
+def req(computed: int, total: int, outputs: int) -> SimpleNamespace:
+    return SimpleNamespace(num_computed_tokens=computed, num_tokens=total,
+                           num_output_tokens=outputs)
+
+
+def test_decode_only_plan(tmp_path):
+    m = model(write_profile(tmp_path / "p"))
+    # 4 decodes of 500 context, 4 tokens: mlp 16, attention 9, embedding 1, lm_head 130 (us)
+    assert attention_us(0, 0, 4, 500) == 9
+    assert m.step_time(orcasim.StepPlan(4, 2000)) == pytest.approx(
+        (2 * (16 + 9) + 1 + 130) * 1e-6, rel=1e-12)
+
+
+def test_mixed_plan_from_scheduled_pairs(tmp_path):
+    m = model(write_profile(tmp_path / "p"), overhead_s=0.001)
+    scheduled = [(req(200, 300, 0), 50), (req(0, 30, 0), 30),
+                 (req(400, 401, 3), 1), (req(600, 601, 5), 1)]
+    plan = orcasim.StepPlan(4, 1200, 80, 2, scheduled)
+    # one chunk of 80 tokens at mean context (50*200 + 30*0)/80 = 125; 2 decodes at 500
+    assert m.attention_inputs(plan) == (80.0, 125.0, 2.0, 500.0)
+    att = attention_us(80, 125, 2, 500)
+    assert att == pytest.approx(16)
+    mlp = 10 + 2 * 81
+    assert m.step_time(plan) == pytest.approx((2 * (mlp + att) + 1 + 130) * 1e-6 + 0.001,
+                                              rel=1e-12)
+
+
+def test_between_grid_points_and_beyond(tmp_path):
+    directory = write_profile(tmp_path / "p")
+    m = model(directory)
+    # prefill only, no decodes: 30 tokens, between the token and the chunk grid points
+    plan = orcasim.StepPlan(1, 0, 30, 0)
+    assert m.step_time(plan) == pytest.approx(
+        (2 * (10 + 2 * 29 + attention_us(30, 0, 0, 0)) + 1 + 100) * 1e-6, rel=1e-12)
+    # 201 tokens: past the dense grid (101) and the chunk grid (100)
+    big = orcasim.StepPlan(1, 0, 201, 0)
+    linear = (2 * (10 + 2 * 200 + attention_us(201, 0, 0, 0)) + 1 + 100) * 1e-6
+    clamped = (2 * (210 + attention_us(100, 0, 0, 0)) + 1 + 100) * 1e-6
+    assert m.step_time(big) == pytest.approx(linear, rel=1e-12)
+    assert model(directory, extrapolate="clamp").step_time(big) == pytest.approx(clamped,
+                                                                                  rel=1e-12)
+
+
+def test_irregular_attention_grid_interpolates_axis_by_axis():
+    import numpy as np
+
+    # chunk 0 has only context 0; chunk 100 has contexts 0 and 1000
+    keys = np.array([[0, 0], [100, 0], [100, 1000]], dtype=float)
+    tree = build_nested(keys, np.array([1.0, 11.0, 21.0]))
+    # chunk 50, context 500: halfway between 1 (chunk 0) and 16 (chunk 100 at context 500)
+    assert eval_nested(tree, (50.0, 500.0), clamp=False) == pytest.approx(8.5)
+
+
+def test_num_layers_is_required_without_meta(tmp_path):
+    directory = write_profile(tmp_path / "p")
+    (directory / "meta.yaml").write_text("model: toy\n")
+    with pytest.raises(ScenarioError, match="num_layers"):
+        model(directory)
+    assert model(directory, num_layers=3).num_layers == 3
+
+
+@pytest.mark.parametrize(("file", "edit", "column"), [
+    ("dense.csv", lambda t: t.replace("time_us", "t_us"), "time_us"),
+    ("per_sequence.csv", None, "sequences"),
+    ("attention.csv", lambda t: t.replace("\n0,0,0,1000,", "\n0,0,0,x,", 1), "kv_decode"),
+])
+def test_bad_profile_files_name_the_file_and_column(tmp_path, file, edit, column):
+    directory = write_profile(tmp_path / "p")
+    path = directory / "tp1" / file
+    if edit is None:
+        path.unlink()
+    else:
+        path.write_text(edit(path.read_text()))
+    with pytest.raises(ScenarioError) as err:
+        model(directory)
+    message = str(err.value)
+    assert "\n" not in message and str(path) in message and column in message
+
+
+def test_bad_profile_exits_with_status_2(tmp_path, capsys):
+    directory = write_profile(tmp_path / "p")
+    (directory / "tp1" / "dense.csv").write_text("layer,tokens\nmlp,1\n")
+    sc = tmp_path / "sc.yaml"
+    sc.write_text(yaml.safe_dump({
+        "workload": {"type": "list", "requests": [
+            {"name": "a", "arrival": 0, "prompt_len": 4, "output_len": 2}]},
+        "policy": {"type": "vllm-v1"},
+        "engine": {"latency": {"type": "profile", "dir": str(directory)}}}))
+    assert main(["run", str(sc), "--out", str(tmp_path / "out"), "--no-plots"]) == 2
+    assert "dense.csv" in capsys.readouterr().err
+
+
+def test_end_to_end_with_vllm_v1(tmp_path):
+    directory = write_profile(tmp_path / "p")
+    requests = [{"name": f"r{i}", "arrival": 0.001 * i, "prompt_len": 40 + 10 * i,
+                 "output_len": 5 + i} for i in range(6)]
+    sc = orcasim.Scenario({
+        "workload": {"type": "list", "requests": requests},
+        "policy": {"type": "vllm-v1", "max_num_batched_tokens": 64, "max_num_seqs": 4,
+                   "block_size": 16},
+        "engine": {"latency": {"type": "profile", "dir": str(directory)}}})
+    summary = next(iter(orcasim.simulate(sc).summary.values()))
+    assert summary["num_finished"] == 6
+
+
+@needs_shipped
+def test_shipped_rtx_pro_6000_llama_profile():
+    m = model(SHIPPED, num_layers=32)
+    prefill = [m.step_time(orcasim.StepPlan(1, 0, n, 0)) for n in (16, 128, 512, 1024, 2048)]
+    decode = [m.step_time(orcasim.StepPlan(b, b * 1000)) for b in (1, 8, 32, 128)]
+    for times in (prefill, decode):
+        assert all(t > 0 for t in times)
+        assert all(a < b for a, b in pairwise(times))
+    t32 = m.step_time(orcasim.StepPlan(32, 32 * 1000))
+    print(f"RTX PRO 6000, Llama-3.1-8B: decode step, batch 32 x 1000 context: {t32 * 1e3:.2f} ms")
+    assert 0.003 < t32 < 0.1
