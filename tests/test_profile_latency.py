@@ -169,3 +169,21 @@ def test_shipped_rtx_pro_6000_llama_profile():
     t32 = m.step_time(orcasim.StepPlan(32, 32 * 1000))
     print(f"RTX PRO 6000, Llama-3.1-8B: decode step, batch 32 x 1000 context: {t32 * 1e3:.2f} ms")
     assert 0.003 < t32 < 0.1
+
+
+def test_the_built_in_profile_is_found_by_name_and_equals_the_shared_copy():
+    from orcasim.latency.profile import BUILTIN_PROFILES, find_profile
+
+    path = find_profile("rtx-pro-6000/llama-3.1-8b/bf16")
+    assert path == (BUILTIN_PROFILES / "rtx-pro-6000/llama-3.1-8b/bf16").resolve()
+    spec = {"type": "profile", "dir": "rtx-pro-6000/llama-3.1-8b/bf16", "num_layers": 32}
+    sc = orcasim.Scenario({"workload": {"type": "list", "requests": [
+        {"prompt_len": 100, "output_len": 3}]}, "policy": "fcfs", "engine": {"latency": spec}})
+    model = sc.variants[0].latency.create()
+    t = model.step_time(orcasim.StepPlan(32, 32 * 1000))
+    assert 0.003 < t < 0.1
+    if SHIPPED.is_dir():
+        for name in ("dense.csv", "attention.csv", "per_sequence.csv"):
+            assert (path / "tp1" / name).read_bytes() == (SHIPPED / "tp1" / name).read_bytes()
+    with pytest.raises(orcasim.ScenarioError, match=r"built-in: rtx-pro-6000/llama-3\.1-8b/bf16"):
+        find_profile("no/such/profile")

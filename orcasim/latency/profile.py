@@ -171,6 +171,24 @@ class Profile:
     attention: dict[str, np.ndarray]
 
 
+#: profiles shipped with orcasim (see orcasim/data/profiles/README.md)
+BUILTIN_PROFILES = Path(__file__).resolve().parent.parent / "data" / "profiles"
+
+
+def find_profile(name: str) -> Path:
+    """A profile directory: ``name`` as a path, else a built-in profile of that name."""
+    directory = Path(name).expanduser()
+    if directory.is_dir():
+        return directory.resolve()
+    builtin = BUILTIN_PROFILES / name
+    if builtin.is_dir() and (builtin / "meta.yaml").is_file():
+        return builtin.resolve()
+    known = sorted(str(m.parent.relative_to(BUILTIN_PROFILES))
+                   for m in BUILTIN_PROFILES.glob("**/meta.yaml"))
+    raise ScenarioError("engine.latency.dir", "profile directory not found (built-in: "
+                        f"{', '.join(known) or 'none'})", name)
+
+
 def read_meta(directory: Path) -> dict:
     """``meta.yaml`` of a profile directory, or ``{}`` when there is none."""
     path = directory / "meta.yaml"
@@ -214,7 +232,8 @@ class ProfileLatency(LatencyModel):
 
     class Params(ComponentParams):
         dir: str = Field(description="profile directory of one model and dtype (holds meta.yaml "
-                         "and tp<N>/ folders); relative to the current directory")
+                         "and tp<N>/ folders), relative to the current directory, or a "
+                         "built-in profile (rtx-pro-6000/llama-3.1-8b/bf16)")
         tp: int = Field(1, ge=1, le=64, description="tensor-parallel degree: the tp<N> folder")
         num_layers: int | None = Field(None, ge=1, le=10_000, description="decoder layers; "
                                        "default: num_layers in meta.yaml")
@@ -226,10 +245,7 @@ class ProfileLatency(LatencyModel):
 
     def __init__(self, params: Params) -> None:
         super().__init__(params)
-        directory = Path(params.dir).expanduser().resolve()
-        if not directory.is_dir():
-            raise ScenarioError("engine.latency.dir", "profile directory not found",
-                                str(params.dir))
+        directory = find_profile(params.dir)
         prof = load_profile(directory, params.tp)
         self.source = str(prof.folder)
         self.num_layers = self._layers(params, prof.meta, directory)
