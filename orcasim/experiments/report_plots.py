@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from orcasim.metrics.plots import colors, wants_log
+from orcasim.metrics.plots import colors, gantt_panel, wants_log
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -234,7 +234,7 @@ def gantt(req: pd.DataFrame, num_requests: int = 60) -> Figure:
     for ax, name in zip(axes[:, 0], names, strict=True):
         every = req[req["variant"] == name].sort_values("id")
         d = every.head(num_requests)
-        t_end = max(t_end, _gantt_bars(ax, d))
+        t_end = max(t_end, gantt_panel(ax, d))
         what = f"first {len(d):,} of {len(every):,}" if len(d) < len(every) else f"all {len(d):,}"
         ax.set_title(f"{name}: {what} requests", fontsize="medium", loc="left")
     axes[0, 0].set_xlim(0, t_end * 1.02 if t_end > 0 else 1)
@@ -243,32 +243,6 @@ def gantt(req: pd.DataFrame, num_requests: int = 60) -> Figure:
     axes[-1, 0].set_xlabel("time (s)")
     fig.tight_layout()
     return fig
-
-
-def _gantt_bars(ax: Axes, d: pd.DataFrame) -> float:
-    """One variant's lifetime bars, top to bottom; return the latest time drawn."""
-    start = d["first_scheduled"].fillna(d["finish"]).fillna(d["arrival"])
-    end = d["finish"].fillna(start)
-    rows = np.arange(len(d))
-    ax.barh(rows, start - d["arrival"], left=d["arrival"], height=0.8, color="0.78",
-            label="waiting")
-    ax.barh(rows, end - start, left=start, height=0.8, color="tab:blue", alpha=0.75,
-            label="running")
-    bad = d["state"].to_numpy() != "finished"
-    if bad.any():
-        ax.scatter(d["arrival"][bad], rows[bad], marker="x", color="tab:red", s=18,
-                   label="rejected/aborted", zorder=3)
-    named = "name" in d and (d["name"].astype(str) != d["id"].astype(str)).any()
-    step = max(1, len(d) // 8)
-    if named and len(d) <= 40:
-        ax.set_yticks(rows, d["name"].astype(str).tolist())
-        ax.set_ylabel("request")
-    else:
-        ax.set_yticks(rows[::step], d["id"].to_numpy()[::step])
-        ax.set_ylabel("request id")
-    ax.set_ylim(len(d) - 0.5, -0.5)
-    ax.grid(True, axis="x", alpha=0.3)
-    return float(np.nanmax(end.to_numpy(float), initial=0.0))
 
 
 def over_time(series: pd.DataFrame) -> Figure:

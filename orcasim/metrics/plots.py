@@ -142,7 +142,7 @@ def gantt(results: Results, num_requests: int | None = None) -> Figure:
         all_rows = v.requests.sort_values("id")
         df = all_rows.head(n)
         shown, total = max(shown, len(df)), max(total, len(all_rows))
-        t_end = max(t_end, _gantt_panel(ax, df, unit))
+        t_end = max(t_end, gantt_panel(ax, df, unit))
         ax.set_title(f"{name}: p99 E2E {v.summary['e2e_p99']:.3g} {unit}", fontsize="medium")
     axes[0, 0].set_xlim(0, t_end * 1.02 if t_end > 0 else 1)
     axes[0, 0].legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=3, fontsize="small",
@@ -152,8 +152,9 @@ def gantt(results: Results, num_requests: int | None = None) -> Figure:
     return _finish(fig, f"{run_title(results)}\nrequest lifetimes, {what}")
 
 
-def _gantt_panel(ax: Axes, df: pd.DataFrame, unit: str) -> float:
-    """Draw one variant's bars; return the latest time shown."""
+def gantt_panel(ax: Axes, df: pd.DataFrame, unit: str = "s") -> float:
+    """Draw one variant's lifetime bars, top to bottom (for runs and sweep reports); return the
+    latest time shown."""
     start = df["first_scheduled"].fillna(df["finish"]).fillna(df["arrival"])
     end = df["finish"].fillna(start)
     rows = np.arange(len(df))
@@ -165,9 +166,9 @@ def _gantt_panel(ax: Axes, df: pd.DataFrame, unit: str) -> float:
     if bad.any():
         ax.scatter(df["arrival"][bad], rows[bad], marker="x", color="tab:red", s=18,
                    label="rejected/aborted", zorder=3)
-    named = (df["name"] != df["id"].astype(str)).any()
+    named = "name" in df and (df["name"].astype(str) != df["id"].astype(str)).any()
     if named and len(df) <= MAX_NAMED_ROWS:
-        ax.set_yticks(rows, df["name"].tolist())
+        ax.set_yticks(rows, df["name"].astype(str).tolist())
         ax.set_ylabel("request")
     else:
         ax.set_yticks(rows[:: max(1, len(df) // 8)], df["id"].to_numpy()[:: max(1, len(df) // 8)])

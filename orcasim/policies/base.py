@@ -195,20 +195,19 @@ class DecodeOnlyPolicy(Policy):
             self.admit()
         batch = self.batch
         if batch.size:
-            joined = self._joined
-            if self.prefill and joined:
-                fresh = sum(r.prompt_len + r.num_output_tokens for r in joined)
-                return StepPlan(batch.size, batch.num_kv_tokens - fresh, fresh,
-                                batch.size - len(joined))
+            if self.prefill and self._joined:
+                return self._batch_plan()
             return StepPlan(batch.size, batch.num_kv_tokens)
         return None
 
     def continue_step(self) -> StepPlan | None:
         if self._deferred:
             self._take_deferred()
+        return self._batch_plan() if self.batch.size else None
+
+    def _batch_plan(self) -> StepPlan:
+        """The step of the batch as it is (its joiners' prompts as prefill with ``prefill``)."""
         batch = self.batch
-        if not batch.size:
-            return None
         joined = self._joined
         if self.prefill and joined:
             fresh = sum(r.prompt_len + r.num_output_tokens for r in joined)
