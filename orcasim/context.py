@@ -211,13 +211,7 @@ class SchedulerContext:
         ends (its ``first_scheduled`` time).
         """
         if req.state != RUNNING:
-            slots = self.slots
-            if slots.reserved:
-                slots.reserved -= 1
-            elif slots.count < slots.capacity:
-                slots.count += 1
-            else:
-                slots.admit(req.label)  # raises: no slot is free
+            self.slots.admit(req)
         req.state = RUNNING
         if req.first_scheduled is None:
             now = self.env.now
@@ -253,10 +247,7 @@ class SchedulerContext:
     def finish(self, req: Request, t: float) -> None:
         """``req`` emitted its last token at ``t``."""
         if req.state == RUNNING:
-            slots = self.slots
-            slots.count -= 1
-            if slots._getters or slots._freed is not None:
-                slots.released()
+            self.slots.release()
         req.state = FINISHED
         req.finish = req.last_token = t
         self._ended(req)

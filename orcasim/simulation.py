@@ -41,6 +41,11 @@ def generate_workload(cfg: VariantConfig, seed: int | None = None) -> WorkloadAr
     return arrays
 
 
+def workload_key(cfg: VariantConfig, seed: int) -> tuple[str, int]:
+    """Variants with equal keys draw identical requests (equal workload sections and seed)."""
+    return repr(cfg.workload.to_dict()), seed
+
+
 def run_variant(
     cfg: VariantConfig,
     arrays: WorkloadArrays,
@@ -240,7 +245,7 @@ def simulate(
     out: dict[str, VariantResult] = {}
     for cfg in chosen:
         s = cfg.seed if seed is None else seed
-        key = (repr(cfg.workload.to_dict()), s)
+        key = workload_key(cfg, s)
         if key not in cache:
             given = workloads.get(cfg.name) if workloads is not None else None
             cache[key] = given if given is not None else generate_workload(cfg, s)

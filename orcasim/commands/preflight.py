@@ -17,6 +17,7 @@ from typing import Any
 
 from orcasim.errors import EXIT_USAGE, OrcasimError, ScenarioError, SimulationError
 from orcasim.scenario import Scenario, VariantConfig
+from orcasim.simulation import workload_key
 from orcasim.workload.base import WorkloadArrays
 
 #: the step timed to check a latency model: one sequence decoding after a short prompt
@@ -44,7 +45,7 @@ def check_scenario(
     cache: dict[tuple[str, int], WorkloadArrays] = {}
     for cfg in chosen:
         s = cfg.seed if seed is None else seed
-        key = (repr(cfg.workload.to_dict()), s)
+        key = workload_key(cfg, s)
         try:
             if key not in cache:
                 cache[key] = _workload(cfg, s)

@@ -5,8 +5,10 @@ Both allocators answer the same questions for a policy, in token *slots*
 
 - can this request ever run (:meth:`need` vs :attr:`capacity_units`), and
   does it fit now (:meth:`admit` returns False, changing nothing, if not)?
-- grow a running request by one block (:meth:`grow`, paged only; a
-  reservation covers the request's whole life);
+- hold memory for a running request's tokens (:meth:`allocate_tokens`:
+  paged, up to the blocks its tokens need; a reservation covers the request's
+  whole life); a decode batch's growth is counted in bulk by
+  :class:`~orcasim.sched.decode_growth.DecodeGrowth`;
 - :meth:`release` its memory when it finishes or is preempted.
 
 They also keep the aggregates that the KV usage series integrates over time:
@@ -71,9 +73,6 @@ class PagedAllocator:
     def held_blocks(self, req: Request) -> int:
         return self.held[req.id]
 
-    def held_slots(self, req: Request) -> int:
-        return self.held[req.id] * self.block_size
-
     def admit(self, req: Request, keep_free: int = 0) -> bool:
         """Allocate blocks for ``req``'s known tokens if ``keep_free`` blocks stay free after."""
         if req.id in self.held:
@@ -108,16 +107,6 @@ class PagedAllocator:
 
     def holds(self, req: Request) -> bool:
         return req.id in self.held
-
-    def grow(self, req: Request, num_tokens: int) -> bool:
-        """Give ``req`` one more block, now holding ``num_tokens`` known tokens; False if none."""
-        if not self.num_free_blocks:
-            return False
-        self.num_free_blocks -= 1
-        held = self.held
-        n = held[req.id] = held[req.id] + 1
-        self._note_final(req, n)
-        return True
 
     def _note_final(self, req: Request, n: int) -> None:
         slots = n * self.block_size
@@ -180,9 +169,6 @@ class ReservationAllocator:
     def held_blocks(self, req: Request) -> int:
         return cdiv(self.space.regions[req.id][1], self.block_size)
 
-    def held_slots(self, req: Request) -> int:
-        return self.space.regions[req.id][1]
-
     def admit(self, req: Request, keep_free: int = 0) -> bool:
         """Reserve ``req``'s region at the first hole that fits (``keep_free`` is ignored)."""
         size = reservation(self.layout, req.prompt_len, req.output_len)
@@ -201,9 +187,6 @@ class ReservationAllocator:
 
     def holds(self, req: Request) -> bool:
         return req.id in self.space.regions
-
-    def grow(self, req: Request, num_tokens: int) -> bool:
-        raise ValueError("a reservation never grows")
 
     def release(self, req: Request) -> int:
         internal, padding = self._waste.pop(req.id)

@@ -10,7 +10,7 @@ lack of memory waits for an event instead of polling.
   are free (first come, first served); ``kv.put(n)`` returns them. Memory held
   this way counts as allocated.
 
-Requests' own memory goes through :meth:`admit`, :meth:`grow` and
+Requests' own memory goes through :meth:`admit`, :meth:`try_allocate` and
 :meth:`release` (the allocator's operations, plus the events), swapping
 through :meth:`swap_out` and :meth:`swap_in`: a swapped-out request holds CPU
 blocks, bounded by the swap space, and moving them costs ``bytes /
@@ -214,10 +214,6 @@ class KVPool:
         self._note_peak()
         return True
 
-    def grow(self, req: Request, num_tokens: int) -> bool:
-        """Give ``req`` one more block for ``num_tokens`` known tokens; False if none is free."""
-        return self.alloc.grow(req, num_tokens)
-
     def release(self, req: Request) -> int:
         """Free ``req``'s memory (finished, or preempted by recompute)."""
         n = self.alloc.release(req)
@@ -272,9 +268,6 @@ class KVPool:
         self.swapped_bytes += nbytes
         self.swap_time += secs
         return secs
-
-    def is_swapped(self, req: Request) -> bool:
-        return req.id in self._swapped
 
     def discard_swapped(self, req: Request) -> None:
         """Forget a swapped-out ``req`` (aborted): its CPU blocks become free."""

@@ -329,17 +329,7 @@ class KVDecodePolicy(DecodeOnlyPolicy):
         kv = self.kv
         if kv is None:
             return DecodeOnlyPolicy.complete_step(self, plan, t_start, t_end)
-        series = kv.series
-        if series is not None:  # kv.observe, inlined on this hot path
-            a = kv.alloc
-            alloc = a.allocated_slots
-            if alloc > kv.peak_allocated:
-                kv.peak_allocated = alloc
-            buf = series.buf
-            buf.append((t_start, t_end, self.batch.num_kv_tokens, alloc, a.internal_slots,
-                        a.padding_slots, kv.num_swap_blocks_used * kv.block_size, self._blocked))
-            if len(buf) >= 4096:
-                series.flush()
+        kv.observe(t_start, t_end, self.batch.num_kv_tokens, self._blocked)
         if self._swapped_in:
             self._swapped_in = []
         return DecodeOnlyPolicy.complete_step(self, plan, t_start, t_end)

@@ -28,6 +28,7 @@ from collections.abc import Callable
 import simpy
 
 from orcasim.errors import SimulationError
+from orcasim.request import Request
 
 #: capacity of a pool whose policy has no batch limit
 UNLIMITED_SLOTS = 1 << 62
@@ -80,10 +81,6 @@ class SlotPool:
         return self.capacity - self.count
 
     @property
-    def full(self) -> bool:
-        return self.count >= self.capacity
-
-    @property
     def freed(self) -> simpy.Event:
         """An event that fires the next time a slot is given back (a fresh one after each)."""
         ev = self._freed
@@ -95,23 +92,15 @@ class SlotPool:
         """An event that reserves a slot for the caller as soon as one is free."""
         return SlotRequest(self, priority, preempt)
 
-    def try_acquire(self) -> bool:
-        """Reserve a slot now if one is free and nobody waits for one; False otherwise."""
-        if self.count >= self.capacity or self._getters:
-            return False
-        self.count += 1
-        self.reserved += 1
-        return True
-
-    def admit(self, label: str) -> None:
+    def admit(self, req: Request) -> None:
         """Bind a slot to an admitted request: a reserved one, or a free one."""
         if self.reserved:
             self.reserved -= 1
-            return
-        if self.count >= self.capacity:
-            raise SimulationError(f"request {label} was admitted with all {self.capacity} "
-                                  "batch slots taken")
-        self.count += 1
+        elif self.count < self.capacity:
+            self.count += 1
+        else:
+            raise SimulationError(f"request {req.label} was admitted with all "
+                                  f"{self.capacity} batch slots taken")
 
     def release(self) -> None:
         """A running request gave its slot back: serve a waiting request, then fire ``freed``."""
@@ -134,9 +123,3 @@ class SlotPool:
             self.count += 1
             self.reserved += 1
             g.succeed(self)
-
-    def utilisation(self, seq_steps: int, num_steps: int) -> float | None:
-        """Mean share of the slots that the engine's steps used (None when unlimited)."""
-        if not self.limited:
-            return None
-        return seq_steps / (num_steps * self.capacity) if num_steps else float("nan")
