@@ -108,8 +108,8 @@ class Engine:
                         except StopIteration as done:
                             plan, gen = done.value, None
                 else:  # the decision waits on ev: resume it if ev has happened by now
-                    while not happened(ev) and env.peek() <= env.now:
-                        yield env.timeout(0)  # let events of this instant be processed first
+                    while not happened(ev) and queue and queue[0][0] <= env._now:
+                        yield timeout(env, 0.0)  # let this instant's events be processed first
                     if happened(ev):
                         try:
                             ev = gen.send(ev.value)  # type: ignore[union-attr]

@@ -67,6 +67,7 @@ class KVDecodePolicy(DecodeOnlyPolicy):
         kv = ctx.kv if ctx.kv.limited else None
         self.kv = kv
         self.growth: DecodeGrowth | None = None
+        self._swapped_in: list[Request] = []  # swapped back in for the next step
         if kv is None:  # unlimited memory: the plain decode-only steps, without a wrapper
             self.next_step = DecodeOnlyPolicy.next_step.__get__(self)  # type: ignore[method-assign]
             self.complete_step = DecodeOnlyPolicy.complete_step.__get__(self)  # type: ignore[method-assign]
@@ -84,7 +85,6 @@ class KVDecodePolicy(DecodeOnlyPolicy):
         if kv.paged:
             self.growth = DecodeGrowth(kv.alloc)
         self._swapped: deque[Request] = deque()
-        self._swapped_in: list[Request] = []
         self._blocked = False  # a request waited for memory this round
         # the last request refused for memory, with the releases, free units and reserve
         # it saw: until memory is released it cannot fit (admissions only shrink holes)
@@ -119,10 +119,7 @@ class KVDecodePolicy(DecodeOnlyPolicy):
         batch = self.batch
         if not batch.size:
             return None
-        if self.prefill and self._joined:
-            plan = self._plan()
-        else:
-            plan = StepPlan(batch.size, batch.num_kv_tokens)
+        plan = self._batch_plan()
         plan.swap_time = secs
         return plan
 
@@ -145,11 +142,12 @@ class KVDecodePolicy(DecodeOnlyPolicy):
         secs = self._prepare()
         if not self.batch.size:
             return None
-        plan = self._plan()
+        plan = self._batch_plan()
         plan.swap_time = secs
         return plan
 
-    def _plan(self) -> StepPlan:
+    def _batch_plan(self) -> StepPlan:
+        """As for every decode-only policy, but a request swapped back in computes no prompt."""
         batch = self.batch
         joined = self._joined
         if self.prefill and joined:
