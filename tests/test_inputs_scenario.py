@@ -16,8 +16,9 @@ import pytest
 import orcasim
 from orcasim.cli import main
 from orcasim.errors import ScenarioError
-from orcasim.scenario import MAX_TEXT_BYTES, load_scenario, parse_yaml
+from orcasim.scenario import load_scenario
 from orcasim.spec import short_repr
+from orcasim.yaml_input import MAX_TEXT_BYTES, parse_yaml
 
 BASE = """\
 name: t
