@@ -69,16 +69,6 @@ def _check_variant(cfg: VariantConfig, arrays: WorkloadArrays) -> None:
     _check_latency(model.latency)
 
 
-def _section(section: str, build: Any) -> Any:
-    """``build()``, with a configuration error turned into a :class:`_Problem` in ``section``."""
-    try:
-        return build()
-    except ScenarioError as err:
-        raise _scenario_problem(err, section) from None
-    except (OrcasimError, ValueError) as err:
-        raise _Problem(section, str(err)) from None
-
-
 def _scenario_problem(err: ScenarioError, section: str) -> _Problem:
     if err.source and not err.source.startswith("variant "):  # a file of its own (a trace)
         return _Problem(section, str(err))
@@ -90,7 +80,12 @@ def _check_latency(model: Any) -> None:
     from orcasim.plan import StepPlan
 
     plan = StepPlan(PROBE_SEQS, PROBE_KV_TOKENS)
-    raw = _section("engine.latency", lambda: model.step_time(plan))
+    try:
+        raw = model.step_time(plan)
+    except ScenarioError as err:
+        raise _scenario_problem(err, "engine.latency") from None
+    except (OrcasimError, ValueError) as err:
+        raise _Problem("engine.latency", str(err)) from None
     try:
         t = float(raw)
     except (TypeError, ValueError):
