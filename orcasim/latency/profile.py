@@ -277,19 +277,24 @@ class ProfileLatency(LatencyModel):
     def attention_inputs(self, plan: StepPlan) -> tuple[float, float, float, float]:
         """(prefill_chunk, kv_prefill, n_decode, kv_decode) of the step.
 
-        With scheduled pairs, all prefill chunks form one chunk whose context
-        is their token-weighted mean (so chunk x context, the cross term of
-        the attention work, is preserved); decodes give their count and mean
-        context. Without them, prefills have no cached context and decodes
-        share the plan's KV tokens equally.
+        A scheduled request computing one token is a decode (vLLM's attention
+        backends split the batch the same way, by query length); its context is
+        the tokens it had computed before the step (``plan.contexts``). All
+        prefill chunks form one chunk whose context is their token-weighted
+        mean (so chunk x context, the cross term of the attention work, is
+        preserved); decodes give their count and mean context. Without the
+        scheduled requests, prefills have no cached context and decodes share
+        the plan's KV tokens equally.
         """
         if plan.scheduled is None:
             kd = plan.num_kv_tokens / plan.num_seqs if plan.num_seqs else 0.0
             return float(plan.num_prefill_tokens), 0.0, float(plan.num_decode_tokens), kd
+        contexts = plan.contexts
+        if contexts is None:
+            contexts = [req.num_computed_tokens for req, _ in plan.scheduled]
         pc = kp = nd = kd = 0
-        for req, n in plan.scheduled:
-            c = req.num_computed_tokens
-            if n == 1 and req.num_output_tokens > 0 and c == req.num_tokens - 1:
+        for (_, n), c in zip(plan.scheduled, contexts, strict=True):
+            if n == 1:
                 nd += 1
                 kd += c
             else:

@@ -1,0 +1,158 @@
+"""The scenario a replay runs, built from a measured run's engine arguments.
+
+The replay is a convenience: it writes an ordinary scenario (``scenario.yaml``
+in the output directory) and runs it, so the same prediction can be made by
+hand. The mapping from vLLM's engine arguments (``meta.json`` ->
+``engine_kwargs``) is:
+
+- ``max_num_seqs``, ``max_num_batched_tokens``, ``block_size`` (16),
+  ``enable_prefix_caching`` (on), ``enable_chunked_prefill`` (on) ->
+  the ``vllm-v1`` policy; values in brackets are vLLM V1's defaults, used when
+  the argument is absent or null;
+- ``async_scheduling``: vLLM's default since 0.12 (vllm-project/vllm#27614,
+  "Enable async scheduling by default") is on, off before;
+- ``max_model_len``: the model's context length when null;
+- KV blocks: ``num_gpu_blocks`` when the run recorded it (in ``meta.json`` or
+  its ``engine_kwargs``), otherwise the ``memory`` section sizes the cache from
+  the model, the GPU memory and ``gpu_memory_utilization`` (0.9);
+- ``tensor_parallel_size`` -> the profile's ``tp<N>`` folder (or the roofline's tp).
+
+The workload is the token-id trace itself (``format: tokens``), hashed per
+KV block as vLLM hashes it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from orcasim.errors import UsageError
+from orcasim.hardware import MODELS, ModelSpec
+
+#: vLLM V1 scheduler defaults used when the run does not record an argument
+DEFAULT_MAX_NUM_SEQS = 256
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
+#: the first vLLM release with async scheduling on by default
+ASYNC_DEFAULT_SINCE = (0, 12)
+
+
+def model_preset(name: str) -> ModelSpec | None:
+    """The model preset for a Hugging Face id (``meta-llama/Llama-3.1-8B`` -> ``llama-3.1-8b``)."""
+    base = name.rsplit("/", 1)[-1].lower()
+    for key in (name.lower(), base, base.removesuffix("-hf"), base.removesuffix("-instruct")):
+        if key in MODELS:
+            return MODELS[key]
+    return None
+
+
+def _version(text: Any) -> tuple[int, ...]:
+    found = re.match(r"(\d+)\.(\d+)", str(text or ""))
+    return (int(found.group(1)), int(found.group(2))) if found else ()
+
+
+def _arg(kw: dict[str, Any], key: str, default: Any) -> Any:
+    v = kw.get(key)
+    return default if v is None else v
+
+
+def _positive_int(kw: dict[str, Any], key: str, default: int, where: str) -> int:
+    v = _arg(kw, key, default)
+    if type(v) is not int or v < 1:
+        raise UsageError(f"{where}: engine_kwargs.{key} must be a whole number >= 1, got {v!r}")
+    return v
+
+
+def num_gpu_blocks(meta: dict[str, Any]) -> int | None:
+    """The KV blocks the run's engine allocated, when ``meta.json`` records them."""
+    kw = meta.get("engine_kwargs") or {}
+    for v in (meta.get("num_gpu_blocks"), kw.get("num_gpu_blocks"),
+              kw.get("num_gpu_blocks_override")):
+        if type(v) is int and v >= 2:
+            return v
+    return None
+
+
+def build_scenario(
+    meta: dict[str, Any],
+    where: str,
+    workload: Path,
+    *,
+    profiles: Path | None,
+    gpu: str | None = None,
+    gpu_memory_gb: float | None = None,
+    max_request_len: int = 0,
+) -> dict[str, Any]:
+    """The scenario (a plain dict, as written to YAML) replaying a run with ``meta``.
+
+    ``profiles`` selects the ``profile`` latency model (a profile directory);
+    without it ``gpu`` (a GPU preset) selects the ``roofline``. ``where``
+    names meta.json in errors; ``max_request_len`` (the longest prompt +
+    output of the workload) bounds ``max_model_len`` when the model is not
+    a preset.
+    """
+    kw = meta.get("engine_kwargs") or {}
+    model_name = str(meta.get("model") or kw.get("model") or "")
+    preset = model_preset(model_name)
+    tp = _positive_int(kw, "tensor_parallel_size", 1, where)
+    block_size = _positive_int(kw, "block_size", 16, where)
+    max_len = kw.get("max_model_len")
+    if max_len is None:
+        max_len = preset.max_model_len if preset is not None else max(max_request_len, 2)
+    policy: dict[str, Any] = {
+        "type": "vllm-v1",
+        "max_num_seqs": _positive_int(kw, "max_num_seqs", DEFAULT_MAX_NUM_SEQS, where),
+        "max_num_batched_tokens": _positive_int(kw, "max_num_batched_tokens",
+                                                DEFAULT_MAX_NUM_BATCHED_TOKENS, where),
+        "max_model_len": int(max_len),
+        "block_size": block_size,
+        "enable_prefix_caching": bool(_arg(kw, "enable_prefix_caching", True)),
+        "enable_chunked_prefill": bool(_arg(kw, "enable_chunked_prefill", True)),
+        "async_scheduling": bool(_arg(kw, "async_scheduling", _version(
+            meta.get("vllm_version")) >= ASYNC_DEFAULT_SINCE)),
+    }
+    scenario: dict[str, Any] = {
+        "name": "replay",
+        "description": f"replay of a measured vLLM run of {model_name or 'a model'}",
+        "workload": {"type": "trace", "file": str(workload), "format": "tokens",
+                     "hash_block_size": block_size},
+        "engine": {"latency": _latency(profiles, gpu, preset, model_name, tp)},
+        "policy": policy,
+    }
+    blocks = num_gpu_blocks(meta)
+    if blocks is not None:
+        policy["num_blocks"] = blocks
+    else:
+        if preset is None:
+            raise UsageError(f"{where}: the run records no num_gpu_blocks and model "
+                             f"{model_name!r} is not a preset, so the KV cache cannot be sized "
+                             f"(known models: {', '.join(sorted(MODELS))})")
+        if gpu_memory_gb is None and gpu is None:
+            raise UsageError(f"{where}: the run records no num_gpu_blocks: give --gpu-memory-gb "
+                             "(the GPU's memory) to size the KV cache")
+        memory: dict[str, Any] = {
+            "model": preset.name, "tp": tp, "block_size": block_size,
+            "gpu_memory_utilization": float(_arg(kw, "gpu_memory_utilization", 0.9)),
+            "max_model_len": int(max_len)}
+        if gpu_memory_gb is not None:
+            memory["gpu_memory_gb"] = gpu_memory_gb
+        else:
+            memory["gpu"] = gpu
+        scenario["memory"] = memory
+    return scenario
+
+
+def _latency(profiles: Path | None, gpu: str | None, preset: ModelSpec | None,
+             model_name: str, tp: int) -> dict[str, Any]:
+    if profiles is not None:
+        latency: dict[str, Any] = {"type": "profile", "dir": str(profiles), "tp": tp}
+        if preset is not None:
+            latency["num_layers"] = preset.num_layers
+        return latency
+    if gpu is None:
+        raise UsageError("give --profiles (operator profiles of the GPU) or --gpu (a GPU "
+                         "preset, for the roofline model)")
+    if preset is None:
+        raise UsageError(f"the roofline needs a model preset; {model_name!r} is not one "
+                         f"(known: {', '.join(sorted(MODELS))})")
+    return {"type": "roofline", "model": preset.name, "gpu": gpu, "tp": tp}
