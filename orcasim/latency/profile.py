@@ -53,6 +53,7 @@ from pydantic import Field
 
 from orcasim.errors import OrcasimError, ScenarioError
 from orcasim.latency.base import Coefficient, LatencyModel
+from orcasim.latency.skew import SkewFit, load_skew_fit
 from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
 from orcasim.registry import latency_models
@@ -169,6 +170,7 @@ class Profile:
     dense: dict[str, np.ndarray]
     per_sequence: dict[str, np.ndarray]
     attention: dict[str, np.ndarray]
+    skew: SkewFit | None = None
 
 
 #: profiles shipped with orcasim (see orcasim/data/profiles/README.md)
@@ -210,19 +212,26 @@ def load_profile(directory: Path, tp: int) -> Profile:
     if (folder / "moe.csv").is_file():
         raise ScenarioError("engine.latency.dir", "mixture-of-experts profiles (moe.csv) "
                             "are not supported", str(folder))
-    return Profile(folder, read_meta(directory),
+    meta = read_meta(directory)
+    return Profile(folder, meta,
                    read_table(folder / "dense.csv", *DENSE),
                    read_table(folder / "per_sequence.csv", *PER_SEQUENCE),
-                   read_table(folder / "attention.csv", *ATTENTION))
+                   read_table(folder / "attention.csv", *ATTENTION),
+                   load_skew_fit(meta, folder, tp))
 
 
-def summed_curves(table: dict[str, np.ndarray], x: str, names: list[str], clamp: bool
-                  ) -> list[Curve]:
-    """One :class:`Curve` per operator in ``names`` (time in seconds against column ``x``)."""
+def summed_curves(table: dict[str, np.ndarray], x: str, names: list[str], clamp: bool,
+                  counts: dict[str, int] | None = None) -> list[Curve]:
+    """One :class:`Curve` per operator in ``names`` (time in seconds against column ``x``).
+
+    An operator that runs ``counts[name]`` times (default once) has its
+    times multiplied by that count.
+    """
     curves = []
     for name in names:
         rows = table["layer"] == name
-        curves.append(Curve(table[x][rows], table["time_us"][rows] * 1e-6, clamp))
+        k = (counts or {}).get(name, 1)
+        curves.append(Curve(table[x][rows], table["time_us"][rows] * (k * 1e-6), clamp))
     return curves
 
 
@@ -240,6 +249,11 @@ class ProfileLatency(LatencyModel):
         overhead_s: Coefficient = Field(0.0, description="fixed CPU time per step, s")
         per_step_ops: list[str] = Field(["embedding", "final_layernorm"], description=
                                         "dense operators that run once per step, not per layer")
+        op_counts: dict[str, int] = Field({"layernorm": 2}, description="dense operators that "
+                                          "run more than once per layer, and how often (a "
+                                          "decoder layer has two RMSNorms)")
+        skew_correction: bool = Field(True, description="apply the profile's skew fit "
+                                      "(skew_fit.csv) to decode batches of uneven contexts")
         extrapolate: Literal["linear", "clamp"] = Field(
             "linear", description="beyond the grid: extend the edge segment, or hold its value")
 
@@ -252,7 +266,8 @@ class ProfileLatency(LatencyModel):
         clamp = params.extrapolate == "clamp"
         ops = list(dict.fromkeys(prof.dense["layer"].tolist()))
         self.per_layer = summed_curves(prof.dense, "tokens",
-                                       [o for o in ops if o not in params.per_step_ops], clamp)
+                                       [o for o in ops if o not in params.per_step_ops], clamp,
+                                       params.op_counts)
         self.per_step = summed_curves(prof.dense, "tokens",
                                       [o for o in ops if o in params.per_step_ops], clamp)
         seq_ops = list(dict.fromkeys(prof.per_sequence["layer"].tolist()))
@@ -262,6 +277,7 @@ class ProfileLatency(LatencyModel):
         self.attention_tree = build_nested(keys, att["time_us"] * 1e-6)
         self.clamp = clamp
         self.overhead = params.overhead_s
+        self.skew = prof.skew if params.skew_correction else None
 
     @staticmethod
     def _layers(params: Params, meta: dict, directory: Path) -> int:
@@ -286,32 +302,58 @@ class ProfileLatency(LatencyModel):
         scheduled requests, prefills have no cached context and decodes share
         the plan's KV tokens equally.
         """
+        return self._inputs(plan)[:4]
+
+    @staticmethod
+    def _inputs(plan: StepPlan) -> tuple[float, float, float, float, float, float]:
+        """:meth:`attention_inputs` plus the shortest and longest decode context."""
         if plan.scheduled is None:
             kd = plan.num_kv_tokens / plan.num_seqs if plan.num_seqs else 0.0
-            return float(plan.num_prefill_tokens), 0.0, float(plan.num_decode_tokens), kd
+            return float(plan.num_prefill_tokens), 0.0, float(plan.num_decode_tokens), kd, kd, kd
         contexts = plan.contexts
         if contexts is None:
             contexts = [req.num_computed_tokens for req, _ in plan.scheduled]
         pc = kp = nd = kd = 0
+        lo, hi = math.inf, 0
         for (_, n), c in zip(plan.scheduled, contexts, strict=True):
             if n == 1:
                 nd += 1
                 kd += c
+                if c < lo:
+                    lo = c
+                if c > hi:
+                    hi = c
             else:
                 pc += n
                 kp += n * c
-        return float(pc), kp / pc if pc else 0.0, float(nd), kd / nd if nd else 0.0
+        mean = kd / nd if nd else 0.0
+        return (float(pc), kp / pc if pc else 0.0, float(nd), mean,
+                float(lo) if nd else 0.0, float(hi))
+
+    def attention_time(self, plan: StepPlan) -> float:
+        """One layer's attention for the step, s, with the skew correction when it applies."""
+        pc, kp, nd, kd, lo, hi = self._inputs(plan)
+        tree, clamp = self.attention_tree, self.clamp
+        t = eval_nested(tree, (pc, kp, nd, kd), clamp)
+        skew = self.skew
+        if skew is not None and nd > 1 and hi > kd:
+            alpha = skew.alpha(pc, int(nd), kd, lo, hi, kp)
+            if alpha:
+                t_max = eval_nested(tree, (pc, kp, nd, hi), clamp)
+                if t_max > t:
+                    t += alpha * (t_max - t)
+        return t
 
     def step_time(self, plan: StepPlan) -> float:
         tokens = float(plan.num_prefill_tokens + plan.num_decode_tokens)
-        point = self.attention_inputs(plan)
-        attention = eval_nested(self.attention_tree, point, self.clamp) if tokens else 0.0
+        attention = self.attention_time(plan) if tokens else 0.0
         layer = sum(c(tokens) for c in self.per_layer) + attention
         t = (self.num_layers * layer + sum(c(tokens) for c in self.per_step)
              + sum(c(float(plan.num_seqs)) for c in self.per_seq) + self.overhead)
         if not (t > 0 and math.isfinite(t)):
             raise OrcasimError(
                 f"{self.source}: the profile gives {t:.6g} s for a step with {plan.num_seqs} "
-                f"sequences, {tokens:.0f} tokens and attention inputs {point} (extrapolated "
+                f"sequences, {tokens:.0f} tokens and attention inputs "
+                f"{self.attention_inputs(plan)} (extrapolated "
                 "past the profile; use extrapolate: clamp)")
         return t

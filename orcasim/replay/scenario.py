@@ -15,7 +15,9 @@ hand. The mapping from vLLM's engine arguments (``meta.json`` ->
 - KV blocks: ``num_gpu_blocks`` when the run recorded it (in ``meta.json`` or
   its ``engine_kwargs``), otherwise the ``memory`` section sizes the cache from
   the model, the GPU memory and ``gpu_memory_utilization`` (0.9);
-- ``tensor_parallel_size`` -> the profile's ``tp<N>`` folder (or the roofline's tp).
+- ``tensor_parallel_size`` -> the profile's ``tp<N>`` folder (or the roofline's tp);
+- the profile model's per-step CPU time: the gap between steps that vLLM's
+  developers measured with and without async scheduling (see ``STEP_GAP_*``).
 
 The workload is the token-id trace itself (``format: tokens``), hashed per
 KV block as vLLM hashes it.
@@ -35,6 +37,13 @@ DEFAULT_MAX_NUM_SEQS = 256
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 #: the first vLLM release with async scheduling on by default
 ASYNC_DEFAULT_SINCE = (0, 12)
+#: CPU time per step left on the critical path, s, for the profile model (whose tables hold
+#: GPU time only). With async scheduling the scheduler and input preparation overlap the
+#: forward pass and the gap between steps measured 150-170 us (batch 256, CUDA graphs;
+#: vllm-project/vllm#11133); without it the gap was 5-6 ms (Llama-2-7B, batch 256, ShareGPT;
+#: vllm-project/vllm#10634).
+STEP_GAP_ASYNC_S = 160e-6
+STEP_GAP_SYNC_S = 5.5e-3
 
 
 def model_preset(name: str) -> ModelSpec | None:
@@ -119,6 +128,9 @@ def build_scenario(
         "engine": {"latency": _latency(profiles, gpu, preset, model_name, tp)},
         "policy": policy,
     }
+    if profiles is not None:
+        scenario["engine"]["latency"]["overhead_s"] = (
+            STEP_GAP_ASYNC_S if policy["async_scheduling"] else STEP_GAP_SYNC_S)
     blocks = num_gpu_blocks(meta)
     if blocks is not None:
         policy["num_blocks"] = blocks
