@@ -55,7 +55,7 @@ def token_rows() -> list[dict]:
         {"input_toks": 40, "output_toks": 4, "arrival_time_ns": 1_000_000,
          "input_tok_ids": a[:32] + list(range(5000, 5008))},
         {"input_toks": 33, "output_toks": 2, "arrival_time_ns": 2_000_000,
-         "input_tok_ids": [1] + a[1:33]},
+         "input_tok_ids": [1, *a[1:33]]},
         {"input_toks": 20, "output_toks": 5, "arrival_time_ns": 30_000_000,
          "input_tok_ids": list(range(20)), "output_tok_ids": [1, 2, 3, 4, 5]},
     ]
