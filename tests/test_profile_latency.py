@@ -197,12 +197,12 @@ def test_vllm_v1_steps_use_each_request_context(tmp_path):
         "workload": {"type": "list", "requests": [{"prompt_len": 40, "output_len": 3}]},
         "policy": {"type": "vllm-v1", "max_num_batched_tokens": 64, "max_num_seqs": 4},
         "engine": {"latency": {"type": "profile", "dir": str(tmp_path / "p")}}})
-    req = next(iter(orcasim.simulate(sc).variants.values())).requests.iloc[0]
+    only = next(iter(orcasim.simulate(sc).variants.values())).requests.iloc[0]
     prefill = 2 * ((10 + 2 * 39) + attention_us(40, 0, 0, 0)) + 1 + 100  # 295 us
     decode = [2 * (10 + attention_us(0, 0, 1, c)) + 1 + 100 for c in (40, 41)]
     assert prefill == 295
-    assert req.ttft == pytest.approx(prefill * 1e-6, rel=1e-12)
-    assert req.e2e == pytest.approx((prefill + sum(decode)) * 1e-6, rel=1e-12)
+    assert only.ttft == pytest.approx(prefill * 1e-6, rel=1e-12)
+    assert only.e2e == pytest.approx((prefill + sum(decode)) * 1e-6, rel=1e-12)
     # the same plan with the requests' counters already advanced: contexts win
     plan = orcasim.StepPlan(2, 900, 0, 2, [(req(101, 101, 2), 1), (req(901, 901, 5), 1)],
                             [100, 900])
@@ -277,3 +277,19 @@ def test_operators_that_run_twice_per_layer(tmp_path):
     once = model(directory, op_counts={})
     twice = model(directory)  # default: layernorm twice per layer
     assert twice.step_time(plan) - once.step_time(plan) == pytest.approx(2 * 3e-6, rel=1e-9)
+
+
+def test_tensor_parallel_steps_add_two_all_reduces_per_layer(tmp_path):
+    import shutil
+
+    directory = write_profile(tmp_path / "p")
+    shutil.copytree(directory / "tp1", directory / "tp2")  # one GPU's share, as profiled
+    with pytest.raises(ScenarioError, match="hidden_size and allreduce_bandwidth"):
+        model(directory, tp=2)
+    tp1 = model(directory)
+    tp2 = model(directory, tp=2, hidden_size=1000, allreduce_bandwidth=1e9,
+                allreduce_latency=1e-5)
+    plan = orcasim.StepPlan(4, 2000)
+    # 2 layers x 2 all-reduces; a ring over 2 GPUs moves 2 (2 - 1) / 2 = 1 x 4 tokens x 2000 B
+    comm = 4 * (1e-5 + 4 * 1000 * 2 / 1e9)
+    assert tp2.step_time(plan) - tp1.step_time(plan) == pytest.approx(comm, rel=1e-9)

@@ -16,13 +16,14 @@ A step takes::
 
     num_layers * (sum of per-layer dense ops(tokens) + attention(step))
       + sum of per-step dense ops(tokens) + sum of per-sequence ops(num_seqs)
-      + overhead_s
+      + overhead_s + 2 * num_layers * all-reduce(tokens)   (tp > 1)
 
 where the per-step dense operators (``embedding`` and ``final_layernorm`` by
-default) run once per forward pass, not once per layer. ``skew_fit.csv`` (a
-correction for decode batches with skewed context lengths) is not applied, and
-a profile with ``moe.csv`` (a mixture-of-experts model) is refused: the number
-of experts a step activates is not known from the plan.
+default) run once per forward pass, not once per layer, and ``layernorm``
+runs twice per layer. ``skew_fit.csv`` corrects decode batches with skewed
+context lengths (:mod:`orcasim.latency.skew`). A profile with ``moe.csv`` (a
+mixture-of-experts model) is refused: the number of experts a step activates
+is not known from the plan.
 
 Interpolation is linear between grid points in every dimension, and linear
 from the last two grid points beyond the grid (``extrapolate: clamp`` holds the
@@ -256,6 +257,13 @@ class ProfileLatency(LatencyModel):
                                       "(skew_fit.csv) to decode batches of uneven contexts")
         extrapolate: Literal["linear", "clamp"] = Field(
             "linear", description="beyond the grid: extend the edge segment, or hold its value")
+        hidden_size: int | None = Field(None, ge=1, le=1_000_000, description="the model's "
+                                        "hidden size: the all-reduced activations (tp > 1)")
+        dtype_bytes: int = Field(2, ge=1, le=8, description="bytes per activation element")
+        allreduce_bandwidth: float | None = Field(
+            None, gt=1e6, allow_inf_nan=False, description="all-reduce bus bandwidth between "
+            "the GPUs, bytes/s (tp > 1)")
+        allreduce_latency: Coefficient = Field(0.0, description="fixed time per all-reduce, s")
 
     def __init__(self, params: Params) -> None:
         super().__init__(params)
@@ -278,6 +286,26 @@ class ProfileLatency(LatencyModel):
         self.clamp = clamp
         self.overhead = params.overhead_s
         self.skew = prof.skew if params.skew_correction else None
+        self.comm_fixed, self.comm_per_token = self._allreduce(params)
+
+    def _allreduce(self, params: Params) -> tuple[float, float]:
+        """(fixed, per-token) time of the step's all-reduces, s: two per layer at tp > 1.
+
+        A tp<N> folder holds one GPU's share of each operator (the profiler
+        divides the model's dimensions); the GPUs then all-reduce the
+        attention and MLP outputs of every layer, ``tokens x hidden_size x
+        dtype_bytes`` each, as a ring moving ``2 (tp - 1) / tp`` of it.
+        """
+        if params.tp == 1:
+            return 0.0, 0.0
+        if params.hidden_size is None or params.allreduce_bandwidth is None:
+            raise ScenarioError("engine.latency", f"tp {params.tp} needs hidden_size and "
+                                "allreduce_bandwidth: the profile holds one GPU's operators, "
+                                "not the all-reduces between the GPUs")
+        n = 2 * self.num_layers
+        ring = 2 * (params.tp - 1) / params.tp
+        per_token = ring * params.hidden_size * params.dtype_bytes / params.allreduce_bandwidth
+        return n * params.allreduce_latency, n * per_token
 
     @staticmethod
     def _layers(params: Params, meta: dict, directory: Path) -> int:
@@ -349,7 +377,8 @@ class ProfileLatency(LatencyModel):
         attention = self.attention_time(plan) if tokens else 0.0
         layer = sum(c(tokens) for c in self.per_layer) + attention
         t = (self.num_layers * layer + sum(c(tokens) for c in self.per_step)
-             + sum(c(float(plan.num_seqs)) for c in self.per_seq) + self.overhead)
+             + sum(c(float(plan.num_seqs)) for c in self.per_seq) + self.overhead
+             + self.comm_fixed + self.comm_per_token * tokens)
         if not (t > 0 and math.isfinite(t)):
             raise OrcasimError(
                 f"{self.source}: the profile gives {t:.6g} s for a step with {plan.num_seqs} "

@@ -17,7 +17,9 @@ hand. The mapping from vLLM's engine arguments (``meta.json`` ->
   the model, the GPU memory and ``gpu_memory_utilization`` (0.9);
 - ``tensor_parallel_size`` -> the profile's ``tp<N>`` folder (or the roofline's tp);
 - the profile model's per-step CPU time: the gap between steps that vLLM's
-  developers measured with and without async scheduling (see ``STEP_GAP_*``).
+  developers measured with and without async scheduling (see ``STEP_GAP_*``);
+- at tp > 1, the profile model's all-reduce: a PCIe link (``ALLREDUCE_PCIE_*``;
+  change ``engine.latency.allreduce_*`` in the written scenario for NVLink).
 
 The workload is the token-id trace itself (``format: tokens``), hashed per
 KV block as vLLM hashes it.
@@ -44,6 +46,11 @@ ASYNC_DEFAULT_SINCE = (0, 12)
 #: vllm-project/vllm#10634).
 STEP_GAP_ASYNC_S = 160e-6
 STEP_GAP_SYNC_S = 5.5e-3
+#: all-reduce between tensor-parallel GPUs over PCIe (no NVLink): the link LLMServingSim's
+#: validated RTX PRO 6000 TP2 configuration uses (link_bw 16 GB/s, link_latency 20 us;
+#: bench/examples/RTXPRO6000/Qwen3-32B/config.json in casys-kaist/LLMServingSim)
+ALLREDUCE_PCIE_BANDWIDTH = 16e9
+ALLREDUCE_PCIE_LATENCY_S = 20e-6
 
 
 def model_preset(name: str) -> ModelSpec | None:
@@ -160,6 +167,11 @@ def _latency(profiles: Path | None, gpu: str | None, preset: ModelSpec | None,
         latency: dict[str, Any] = {"type": "profile", "dir": str(profiles), "tp": tp}
         if preset is not None:
             latency["num_layers"] = preset.num_layers
+        if tp > 1:
+            if preset is not None:
+                latency["hidden_size"] = preset.hidden_size
+            latency["allreduce_bandwidth"] = ALLREDUCE_PCIE_BANDWIDTH
+            latency["allreduce_latency"] = ALLREDUCE_PCIE_LATENCY_S
         return latency
     if gpu is None:
         raise UsageError("give --profiles (operator profiles of the GPU) or --gpu (a GPU "
