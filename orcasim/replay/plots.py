@@ -27,6 +27,7 @@ def latency_cdfs(path: Path, measured: dict[str, np.ndarray], predicted: dict[st
     """``latency_cdf.png``: one panel per metric, measured and predicted CDFs (ms)."""
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(METRICS), figsize=(13, 3.8))
+    fig.subplots_adjust(left=0.05, right=0.99, bottom=0.15, top=0.88, wspace=0.25)
     for ax, m in zip(axes, METRICS, strict=True):
         _cdf(ax, measured[m], "measured", PALETTE[0])
         _cdf(ax, predicted[m], "predicted", PALETTE[1])
@@ -35,8 +36,7 @@ def latency_cdfs(path: Path, measured: dict[str, np.ndarray], predicted: dict[st
         ax.grid(alpha=0.3)
     axes[0].legend(loc="lower right")
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=90)
     plt.close(fig)
 
 
@@ -50,6 +50,7 @@ def running_waiting(path: Path, measured: dict[str, np.ndarray] | None,
     """
     plt = _pyplot()
     fig, axes = plt.subplots(2, 1, figsize=(10, 5.5), sharex=True)
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.1, top=0.92, hspace=0.08)
     for ax, (mkey, skey, name) in zip(axes, (("running", "batch_size", "running"),
                                              ("waiting", "num_waiting", "waiting")), strict=True):
         if measured is not None:
@@ -60,8 +61,7 @@ def running_waiting(path: Path, measured: dict[str, np.ndarray] | None,
         ax.set_ylabel(f"{name} requests")
         ax.grid(alpha=0.3)
     axes[0].legend(loc="upper right")
-    axes[1].set_xlabel("time since the first arrival (s)")
+    axes[1].set_xlabel("time (s; measured: the run's timeseries.csv clock)")
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=90)
     plt.close(fig)
