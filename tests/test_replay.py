@@ -260,3 +260,20 @@ def test_frontend_queues_requests_in_one_server_and_delays_each_message():
     sc_off = orcasim.Scenario({**sc.raw, "engine": {"latency": sc.raw["engine"]["latency"]}})
     off = next(iter(orcasim.simulate(sc_off).variants.values()))
     assert off.requests.arrival.tolist() == [0.0, 0.0] and "client_ttft_mean" not in off.summary
+
+
+def test_the_real_gpu_page_examples_run():
+    import re
+
+    text = (ROOT / "docs" / "real-gpu.md").read_text()
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", text, re.S)]
+    assert len(blocks) == 2
+    for block in blocks:
+        sc = orcasim.Scenario({
+            "workload": {"type": "list", "requests": [
+                {"arrival": 0.01 * i, "prompt_len": 200 + 50 * i, "output_len": 4}
+                for i in range(4)]},
+            "policy": {"type": "vllm-v1", "max_num_seqs": 4}, **block})
+        summary = next(iter(orcasim.simulate(sc).variants.values())).summary
+        assert summary["num_finished"] == 4
+        assert ("client_ttft_mean" in summary) == ("frontend" in block["engine"])
