@@ -277,3 +277,29 @@ def test_the_real_gpu_page_examples_run():
         summary = next(iter(orcasim.simulate(sc).variants.values())).summary
         assert summary["num_finished"] == 4
         assert ("client_ttft_mean" in summary) == ("frontend" in block["engine"])
+
+
+def test_replay_reads_what_vllm_resolved_over_the_arguments_given(tmp_path):
+    from orcasim.replay.scenario import build_scenario
+
+    meta = {"model": "toy/Toy-1B", "vllm_version": "0.11.0",
+            "engine_kwargs": {"max_num_seqs": 8, "max_num_batched_tokens": None,
+                              "max_model_len": None},
+            "kv_cache": {"num_gpu_blocks": 500, "block_size": 32},
+            "resolved_config": {
+                "scheduler_config": {"max_num_batched_tokens": 4096, "max_model_len": 2048,
+                                     "async_scheduling": True,
+                                     "long_prefill_token_threshold": 512},
+                "cache_config": {"enable_prefix_caching": False, "num_gpu_blocks": None}}}
+    sc = build_scenario(meta, "meta.json", tmp_path / "w.jsonl", profiles=tmp_path)
+    assert sc["policy"] == {"type": "vllm-v1", "max_num_seqs": 8,
+                            "max_num_batched_tokens": 4096, "max_model_len": 2048,
+                            "block_size": 32, "enable_prefix_caching": False,
+                            "enable_chunked_prefill": True, "async_scheduling": True,
+                            "long_prefill_token_threshold": 512, "num_blocks": 500}
+    assert sc["workload"]["hash_block_size"] == 32
+    # vLLM 0.11 did not schedule asynchronously by default: the step gap without it
+    del meta["resolved_config"]["scheduler_config"]["async_scheduling"]
+    sc = build_scenario(meta, "meta.json", tmp_path / "w.jsonl", profiles=tmp_path)
+    assert sc["policy"]["async_scheduling"] is False
+    assert sc["engine"]["latency"]["overhead_s"] == 5.5e-3

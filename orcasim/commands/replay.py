@@ -54,7 +54,7 @@ def replay_cmd(args: argparse.Namespace) -> int:
 
     from orcasim.replay import compare
     from orcasim.replay.measured import load_run
-    from orcasim.replay.scenario import build_scenario
+    from orcasim.replay.scenario import EngineArgs, build_scenario
     from orcasim.scenario import Scenario
     from orcasim.simulation import simulate
     from orcasim.workload.traces import TraceError, load_trace
@@ -69,8 +69,7 @@ def replay_cmd(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.workload}: no such workload file")
     if args.profiles is not None and not args.profiles.is_dir():
         raise UsageError(f"{args.profiles}: no such profile directory")
-    kw = run.engine_kwargs
-    block_size = kw.get("block_size") or 16
+    block_size = EngineArgs(run.meta, meta_where).positive_int("block_size", 16)
     try:
         trace = load_trace(args.workload.resolve(), "tokens", hash_block_size=block_size)
     except TraceError as err:

@@ -12,14 +12,19 @@ hand. The mapping from vLLM's engine arguments (``meta.json`` ->
 - ``async_scheduling``: vLLM's default since 0.12 (vllm-project/vllm#27614,
   "Enable async scheduling by default") is on, off before;
 - ``max_model_len``: the model's context length when null;
-- KV blocks: ``num_gpu_blocks`` when the run recorded it (in ``meta.json`` or
-  its ``engine_kwargs``), otherwise the ``memory`` section sizes the cache from
-  the model, the GPU memory and ``gpu_memory_utilization`` (0.9);
+- ``long_prefill_token_threshold`` when set;
+- KV blocks: ``num_gpu_blocks`` when the run recorded it, otherwise the
+  ``memory`` section sizes the cache from the model, the GPU memory and
+  ``gpu_memory_utilization`` (0.9);
 - ``tensor_parallel_size`` -> the profile's ``tp<N>`` folder (or the roofline's tp);
 - the profile model's per-step CPU time: the gap between steps that vLLM's
   developers measured with and without async scheduling (see ``STEP_GAP_*``);
 - at tp > 1, the profile model's all-reduce: a PCIe link (``ALLREDUCE_PCIE_*``;
   change ``engine.latency.allreduce_*`` in the written scenario for NVLink).
+
+Each argument is read from vLLM's resolved configuration when the run
+recorded it (``resolved_config`` and ``kv_cache`` in ``meta.json``), else from
+``engine_kwargs`` (:class:`EngineArgs`).
 
 The workload is the token-id trace itself (``format: tokens``), hashed per
 KV block as vLLM hashes it.
@@ -67,23 +72,67 @@ def _version(text: Any) -> tuple[int, ...]:
     return (int(found.group(1)), int(found.group(2))) if found else ()
 
 
-def _arg(kw: dict[str, Any], key: str, default: Any) -> Any:
-    v = kw.get(key)
-    return default if v is None else v
+#: where each engine argument may be recorded besides ``engine_kwargs``: sections of
+#: ``resolved_config`` (vLLM's VllmConfig after boot), then ``kv_cache``
+SECTIONS = {
+    "max_num_seqs": ("scheduler_config",),
+    "max_num_batched_tokens": ("scheduler_config",),
+    "max_model_len": ("scheduler_config", "model_config"),
+    "async_scheduling": ("scheduler_config",),
+    "enable_chunked_prefill": ("scheduler_config",),
+    "long_prefill_token_threshold": ("scheduler_config",),
+    "block_size": ("cache_config", "kv_cache"),
+    "enable_prefix_caching": ("cache_config", "kv_cache"),
+    "gpu_memory_utilization": ("cache_config", "kv_cache"),
+    "num_gpu_blocks": ("cache_config", "kv_cache"),
+    "tensor_parallel_size": ("parallel_config",),
+}
 
 
-def _positive_int(kw: dict[str, Any], key: str, default: int, where: str) -> int:
-    v = _arg(kw, key, default)
-    if type(v) is not int or v < 1:
-        raise UsageError(f"{where}: engine_kwargs.{key} must be a whole number >= 1, got {v!r}")
-    return v
+class EngineArgs:
+    """The run's engine arguments: what vLLM resolved when recorded, else what was asked.
+
+    Newer run directories record vLLM's resolved configuration
+    (``resolved_config``, one section per sub-config, and ``kv_cache``):
+    the values the engine actually ran with, defaults filled in. Those win
+    over ``engine_kwargs`` (the arguments given, ``null`` where left to vLLM).
+    """
+
+    def __init__(self, meta: dict[str, Any], where: str) -> None:
+        self.meta = meta
+        self.where = where
+        kw = meta.get("engine_kwargs")
+        self.kwargs: dict[str, Any] = kw if isinstance(kw, dict) else {}
+        rc = meta.get("resolved_config")
+        self.resolved: dict[str, Any] = rc if isinstance(rc, dict) else {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The recorded value of ``key`` (None-valued records skipped), else ``default``."""
+        for section in SECTIONS.get(key, ()):
+            block = self.meta.get("kv_cache") if section == "kv_cache" else \
+                self.resolved.get(section)
+            if isinstance(block, dict) and block.get(key) is not None:
+                return block[key]
+        v = self.kwargs.get(key, self.meta.get(key))
+        return default if v is None else v
+
+    def positive_int(self, key: str, default: int) -> int:
+        v = self.get(key, default)
+        if type(v) is not int or v < 1:
+            raise UsageError(f"{self.where}: {key} must be a whole number >= 1, got {v!r}")
+        return v
+
+    def flag(self, key: str, default: bool) -> bool:
+        v = self.get(key, default)
+        if not isinstance(v, bool):
+            raise UsageError(f"{self.where}: {key} must be true or false, got {v!r}")
+        return v
 
 
 def num_gpu_blocks(meta: dict[str, Any]) -> int | None:
     """The KV blocks the run's engine allocated, when ``meta.json`` records them."""
-    kw = meta.get("engine_kwargs") or {}
-    for v in (meta.get("num_gpu_blocks"), kw.get("num_gpu_blocks"),
-              kw.get("num_gpu_blocks_override")):
+    args = EngineArgs(meta, "meta.json")
+    for v in (args.get("num_gpu_blocks"), args.kwargs.get("num_gpu_blocks_override")):
         if type(v) is int and v >= 2:
             return v
     return None
@@ -107,26 +156,28 @@ def build_scenario(
     output of the workload) bounds ``max_model_len`` when the model is not
     a preset.
     """
-    kw = meta.get("engine_kwargs") or {}
-    model_name = str(meta.get("model") or kw.get("model") or "")
+    args = EngineArgs(meta, where)
+    model_name = str(meta.get("model") or args.kwargs.get("model") or "")
     preset = model_preset(model_name)
-    tp = _positive_int(kw, "tensor_parallel_size", 1, where)
-    block_size = _positive_int(kw, "block_size", 16, where)
-    max_len = kw.get("max_model_len")
-    if max_len is None:
-        max_len = preset.max_model_len if preset is not None else max(max_request_len, 2)
+    tp = args.positive_int("tensor_parallel_size", 1)
+    block_size = args.positive_int("block_size", 16)
+    fallback_len = preset.max_model_len if preset is not None else max(max_request_len, 2)
     policy: dict[str, Any] = {
         "type": "vllm-v1",
-        "max_num_seqs": _positive_int(kw, "max_num_seqs", DEFAULT_MAX_NUM_SEQS, where),
-        "max_num_batched_tokens": _positive_int(kw, "max_num_batched_tokens",
-                                                DEFAULT_MAX_NUM_BATCHED_TOKENS, where),
-        "max_model_len": int(max_len),
+        "max_num_seqs": args.positive_int("max_num_seqs", DEFAULT_MAX_NUM_SEQS),
+        "max_num_batched_tokens": args.positive_int("max_num_batched_tokens",
+                                                    DEFAULT_MAX_NUM_BATCHED_TOKENS),
+        "max_model_len": args.positive_int("max_model_len", fallback_len),
         "block_size": block_size,
-        "enable_prefix_caching": bool(_arg(kw, "enable_prefix_caching", True)),
-        "enable_chunked_prefill": bool(_arg(kw, "enable_chunked_prefill", True)),
-        "async_scheduling": bool(_arg(kw, "async_scheduling", _version(
-            meta.get("vllm_version")) >= ASYNC_DEFAULT_SINCE)),
+        "enable_prefix_caching": args.flag("enable_prefix_caching", True),
+        "enable_chunked_prefill": args.flag("enable_chunked_prefill", True),
+        "async_scheduling": args.flag("async_scheduling", _version(
+            meta.get("vllm_version")) >= ASYNC_DEFAULT_SINCE),
     }
+    threshold = args.get("long_prefill_token_threshold", 0)
+    if type(threshold) is int and threshold > 0:
+        policy["long_prefill_token_threshold"] = threshold
+    max_len = policy["max_model_len"]
     scenario: dict[str, Any] = {
         "name": "replay",
         "description": f"replay of a measured vLLM run of {model_name or 'a model'}",
@@ -151,7 +202,7 @@ def build_scenario(
                              "(the GPU's memory) to size the KV cache")
         memory: dict[str, Any] = {
             "model": preset.name, "tp": tp, "block_size": block_size,
-            "gpu_memory_utilization": float(_arg(kw, "gpu_memory_utilization", 0.9)),
+            "gpu_memory_utilization": float(args.get("gpu_memory_utilization", 0.9)),
             "max_model_len": int(max_len)}
         if gpu_memory_gb is not None:
             memory["gpu_memory_gb"] = gpu_memory_gb
