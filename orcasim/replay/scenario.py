@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from orcasim.errors import UsageError
-from orcasim.hardware import MODELS, ModelSpec
+from orcasim.hardware import MODELS, ModelSpec, get_model
 
 #: vLLM V1 scheduler defaults used when the run does not record an argument
 DEFAULT_MAX_NUM_SEQS = 256
@@ -61,9 +61,12 @@ ALLREDUCE_PCIE_LATENCY_S = 20e-6
 def model_preset(name: str) -> ModelSpec | None:
     """The model preset for a Hugging Face id (``meta-llama/Llama-3.1-8B`` -> ``llama-3.1-8b``)."""
     base = name.rsplit("/", 1)[-1].lower()
-    for key in (name.lower(), base, base.removesuffix("-hf"), base.removesuffix("-instruct")):
-        if key in MODELS:
-            return MODELS[key]
+    for key in (name, name.lower(), base, base.removesuffix("-hf"),
+                base.removesuffix("-instruct")):
+        try:
+            return get_model(key)
+        except KeyError:
+            continue
     return None
 
 
