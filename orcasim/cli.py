@@ -5,6 +5,7 @@
     orcasim scenarios
     orcasim policies
     orcasim calibrate MEASUREMENTS.csv [--model linear|roofline]
+    orcasim replay-vllm RUN_DIR --workload W.jsonl --profiles DIR --out OUT
 
 Every subcommand also takes ``--import FILE_OR_MODULE`` (repeatable): a
 plugin, a ``.py`` file or an importable module whose decorators register

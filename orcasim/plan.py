@@ -21,6 +21,9 @@ class StepPlan:
         num_decode_tokens: generated-token positions computed this step.
         num_kv_tokens: tokens already in the KV cache that the step reads (T).
         scheduled: optional ``(request, num_tokens)`` pairs, for policies that list them.
+        contexts: with ``scheduled``, the tokens each scheduled request had computed
+            before the step (the context its new tokens attend to), for latency
+            models that look at each sequence; None when the policy does not say.
         num_itl_tokens: set after the step: tokens emitted by sequences that also
             emitted in the previous step (each an inter-token gap of the step).
         swap_time: seconds of KV swapping (to or from CPU memory) the step also
@@ -28,6 +31,7 @@ class StepPlan:
     """
 
     __slots__ = (
+        "contexts",
         "num_decode_tokens",
         "num_itl_tokens",
         "num_kv_tokens",
@@ -44,12 +48,14 @@ class StepPlan:
         num_prefill_tokens: int = 0,
         num_decode_tokens: int | None = None,
         scheduled: list[tuple[Request, int]] | None = None,
+        contexts: list[int] | None = None,
     ) -> None:
         self.num_seqs = num_seqs
         self.num_kv_tokens = num_kv_tokens
         self.num_prefill_tokens = num_prefill_tokens
         self.num_decode_tokens = num_seqs if num_decode_tokens is None else num_decode_tokens
         self.scheduled = scheduled
+        self.contexts = contexts
         self.num_itl_tokens = 0
         self.swap_time = 0.0
 

@@ -29,6 +29,7 @@ from orcasim.clients import ClientOptions
 from orcasim.control import ControlEvent
 from orcasim.errors import ScenarioError, UsageError
 from orcasim.experiments.options import SweepOptions
+from orcasim.frontend import FrontendOptions
 from orcasim.kv.config import MemoryOptions
 from orcasim.params import ComponentParams
 from orcasim.plugins import load_plugins
@@ -82,6 +83,7 @@ class OutputOptions(ComponentParams):
 
 class EngineOptions(ComponentParams):
     latency: Any = Field(default_factory=lambda: {"type": "linear"})
+    frontend: FrontendOptions | None = None  # API-server time outside the engine; none: off
 
 
 class ScenarioModel(ComponentParams):
@@ -136,6 +138,7 @@ class VariantConfig:
     events: tuple[ControlEvent, ...] = ()
     memory: MemoryOptions | None = None
     clients: ClientOptions | None = None
+    frontend: FrontendOptions | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved configuration, every default filled in."""
@@ -152,6 +155,8 @@ class VariantConfig:
             out["memory"] = self.memory.model_dump()
         if self.clients is not None:
             out["clients"] = self.clients.model_dump()
+        if self.frontend is not None:
+            out["engine"]["frontend"] = self.frontend.model_dump()
         return out
 
 
@@ -297,6 +302,7 @@ def _variant(name: str, raw: dict[str, Any], where: str) -> VariantConfig:
             events=tuple(model.events),
             memory=model.memory,
             clients=model.clients,
+            frontend=model.engine.frontend,
         )
     except ScenarioError as err:
         raise ScenarioError(f"{where}{err.field}" if where else err.field, err.message) from None

@@ -9,7 +9,7 @@ on the same requests.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import numpy as np
@@ -58,6 +58,11 @@ def run_variant(
     ``seed`` (default: the configuration's) seeds the policies' own generator
     (``ctx.rng``), which is independent of the workload's.
     """
+    client_arrival = None
+    if cfg.frontend is not None:  # requests reach the engine's queue after the API server
+        client_arrival = arrays.arrival
+        arrays = replace(arrays, arrival=cfg.frontend.engine_arrivals(arrays.arrival,
+                                                                      arrays.prompt_len))
     m = build_model(cfg, arrays, trace_steps=trace_steps, seed=seed)
     env, ctx, rec, engine, policy = m.env, m.ctx, m.recorder, m.engine, m.policy
     env.run()
@@ -80,6 +85,8 @@ def run_variant(
     summary.update(ctx.preemption_summary())
     summary.update(ctx.kv.summary())
     summary.update(policy.summary_metrics())
+    if cfg.frontend is not None and client_arrival is not None:
+        summary.update(cfg.frontend.client_summary(cols, client_arrival[cols["id"]]))
     return VariantResult(
         name=cfg.name,
         config=cfg,

@@ -187,3 +187,109 @@ def test_the_built_in_profile_is_found_by_name_and_equals_the_shared_copy():
             assert (path / "tp1" / name).read_bytes() == (SHIPPED / "tp1" / name).read_bytes()
     with pytest.raises(orcasim.ScenarioError, match=r"built-in: rtx-pro-6000/llama-3\.1-8b/bf16"):
         find_profile("no/such/profile")
+
+
+def test_vllm_v1_steps_use_each_request_context(tmp_path):
+    # vllm-v1 advances num_computed_tokens when it schedules; the model reads the contexts the
+    # plan carries. One request, prompt 40, 3 tokens: a 40-token prefill, then decodes at 40, 41.
+    m = model(write_profile(tmp_path / "p"))
+    sc = orcasim.Scenario({
+        "workload": {"type": "list", "requests": [{"prompt_len": 40, "output_len": 3}]},
+        "policy": {"type": "vllm-v1", "max_num_batched_tokens": 64, "max_num_seqs": 4},
+        "engine": {"latency": {"type": "profile", "dir": str(tmp_path / "p")}}})
+    only = next(iter(orcasim.simulate(sc).variants.values())).requests.iloc[0]
+    prefill = 2 * ((10 + 2 * 39) + attention_us(40, 0, 0, 0)) + 1 + 100  # 295 us
+    decode = [2 * (10 + attention_us(0, 0, 1, c)) + 1 + 100 for c in (40, 41)]
+    assert prefill == 295
+    assert only.ttft == pytest.approx(prefill * 1e-6, rel=1e-12)
+    assert only.e2e == pytest.approx((prefill + sum(decode)) * 1e-6, rel=1e-12)
+    # the same plan with the requests' counters already advanced: contexts win
+    plan = orcasim.StepPlan(2, 900, 0, 2, [(req(101, 101, 2), 1), (req(901, 901, 5), 1)],
+                            [100, 900])
+    assert m.attention_inputs(plan) == (0.0, 0.0, 2.0, 500.0)
+
+
+SKEW_META = """model: toy
+num_layers: 2
+skew_fit:
+  enabled: true
+  bucket_axes:
+    n_bins: [0, 2, 4, 1000000]
+    n_labels: [n<=2, n<=4, n>4]
+    skew_rate_bins: [-0.01, 0.4, 0.7, 1.01]
+    skew_rate_labels: [sr<=40%, sr<=70%, sr>70%]
+    kv_big_bins: [0, 1024, 1000000000]
+    kv_big_labels: [kvB<=1k, kvB>1k]
+    kp_bins: [-1, 0, 1000000000]
+    kp_labels: [kp=0, kp>0]
+  per_tp:
+    1: {alpha_default: 0.5, bucket_table: tp1/skew_fit.csv}
+"""
+
+
+def skewed_profile(root: Path) -> Path:
+    directory = write_profile(root)
+    (directory / "meta.yaml").write_text(SKEW_META)
+    (directory / "tp1" / "skew_fit.csv").write_text(
+        "pc,n_label,skew_rate_label,kv_big_label,kp_label,alpha,n_samples\n"
+        "0,n<=2,sr<=70%,kvB<=1k,kp=0,0.25,4\n")
+    return directory
+
+
+def test_skew_correction_blends_toward_the_longest_context(tmp_path):
+    m = model(skewed_profile(tmp_path / "p"))
+    # two decodes at 100 and 900: mean 500, skew rate (500-100)/800 = 0.5, longest 900
+    plan = orcasim.StepPlan(2, 1000, 0, 2, [(req(100, 101, 1), 1), (req(900, 901, 1), 1)],
+                            [100, 900])
+    t_mean, t_max = attention_us(0, 0, 2, 500), attention_us(0, 0, 2, 900)
+    assert (t_mean, t_max) == (7.0, pytest.approx(7.8))
+    att = t_mean + 0.25 * (t_max - t_mean)  # the bucket's alpha
+    assert m.step_time(plan) == pytest.approx((2 * (12 + att) + 1 + 110) * 1e-6, rel=1e-12)
+    # longest context past 1k: no fitted bucket, the pooled alpha_default (0.5)
+    wide = orcasim.StepPlan(2, 1300, 0, 2, [(req(100, 101, 1), 1), (req(1200, 1201, 1), 1)],
+                            [100, 1200])
+    t_mean, t_max = attention_us(0, 0, 2, 650), attention_us(0, 0, 2, 1200)
+    assert m.step_time(wide) == pytest.approx(
+        (2 * (12 + t_mean + 0.5 * (t_max - t_mean)) + 1 + 110) * 1e-6, rel=1e-12)
+    # switched off, or equal contexts: the uniform batch at the mean
+    off = model(tmp_path / "p", skew_correction=False)
+    assert off.step_time(plan) == pytest.approx((2 * (12 + 7) + 1 + 110) * 1e-6, rel=1e-12)
+    even = orcasim.StepPlan(2, 1000, 0, 2, [(req(500, 501, 1), 1), (req(500, 501, 1), 1)],
+                            [500, 500])
+    assert m.step_time(even) == off.step_time(even)
+
+
+def test_skew_fit_missing_column_is_one_line(tmp_path):
+    directory = skewed_profile(tmp_path / "p")
+    path = directory / "tp1" / "skew_fit.csv"
+    path.write_text(path.read_text().replace("alpha,", "a,", 1))
+    with pytest.raises(ScenarioError) as err:
+        model(directory)
+    assert "alpha" in str(err.value) and str(path) in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_operators_that_run_twice_per_layer(tmp_path):
+    directory = write_profile(tmp_path / "p")
+    dense = directory / "tp1" / "dense.csv"
+    dense.write_text(dense.read_text() + "layernorm,1,3\nlayernorm,101,3\n")
+    plan = orcasim.StepPlan(1, 0, 1, 0)
+    once = model(directory, op_counts={})
+    twice = model(directory)  # default: layernorm twice per layer
+    assert twice.step_time(plan) - once.step_time(plan) == pytest.approx(2 * 3e-6, rel=1e-9)
+
+
+def test_tensor_parallel_steps_add_two_all_reduces_per_layer(tmp_path):
+    import shutil
+
+    directory = write_profile(tmp_path / "p")
+    shutil.copytree(directory / "tp1", directory / "tp2")  # one GPU's share, as profiled
+    with pytest.raises(ScenarioError, match="hidden_size and allreduce_bandwidth"):
+        model(directory, tp=2)
+    tp1 = model(directory)
+    tp2 = model(directory, tp=2, hidden_size=1000, allreduce_bandwidth=1e9,
+                allreduce_latency=1e-5)
+    plan = orcasim.StepPlan(4, 2000)
+    # 2 layers x 2 all-reduces; a ring over 2 GPUs moves 2 (2 - 1) / 2 = 1 x 4 tokens x 2000 B
+    comm = 4 * (1e-5 + 4 * 1000 * 2 / 1e9)
+    assert tp2.step_time(plan) - tp1.step_time(plan) == pytest.approx(comm, rel=1e-9)

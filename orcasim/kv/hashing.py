@@ -7,11 +7,16 @@ content with any hashable key (a shared-prefix id and block index, a trace's
 ``hash_id``, a request id for unique content), and :class:`BlockHasher` turns
 ``(parent, content)`` into a small integer. Equal chains get equal ids, and
 distinct chains never collide, so the prefix cache is exact and deterministic.
+
+Where the real token ids are known, :func:`vllm_block_hashes` computes the
+block hashes exactly as vLLM V1 does, for traces that carry token ids.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+import hashlib
+import pickle
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
 
@@ -93,3 +98,27 @@ def block_content(
             runs.append(("o", q - p) if shared_output else ("o", rid, p, q))
         p = q
     return tuple(runs)
+
+
+def _sha256_pickle(obj: object) -> bytes:
+    """vLLM's default block hash (``prefix_caching_hash_algo: sha256``): SHA-256 of the pickle."""
+    return hashlib.sha256(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)).digest()
+
+
+def vllm_block_hashes(token_ids: Sequence[int], block_size: int, seed: str = "0") -> list[bytes]:
+    """vLLM V1's prefix-cache hashes of the full blocks of ``token_ids``.
+
+    Block ``i`` hashes ``(hash of block i - 1, tuple of its token ids, None)``
+    (``None``: no extra keys, i.e. no LoRA, multimodal input or cache salt),
+    the first block's parent being ``NONE_HASH``, the hash of the string
+    ``PYTHONHASHSEED`` (``seed``); the hash is SHA-256 of the pickled tuple,
+    vLLM's default ``sha256`` algorithm (``hash_block_tokens`` and
+    ``init_none_hash`` in ``vllm/v1/core/kv_cache_utils.py``, vLLM 0.10 to
+    0.19). A partial last block is not hashed: vLLM caches full blocks only.
+    """
+    parent = _sha256_pickle(seed)
+    out = []
+    for start in range(0, len(token_ids) - block_size + 1, block_size):
+        parent = _sha256_pickle((parent, tuple(token_ids[start:start + block_size]), None))
+        out.append(parent)
+    return out

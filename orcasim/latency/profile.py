@@ -16,13 +16,14 @@ A step takes::
 
     num_layers * (sum of per-layer dense ops(tokens) + attention(step))
       + sum of per-step dense ops(tokens) + sum of per-sequence ops(num_seqs)
-      + overhead_s
+      + overhead_s + 2 * num_layers * all-reduce(tokens)   (tp > 1)
 
 where the per-step dense operators (``embedding`` and ``final_layernorm`` by
-default) run once per forward pass, not once per layer. ``skew_fit.csv`` (a
-correction for decode batches with skewed context lengths) is not applied, and
-a profile with ``moe.csv`` (a mixture-of-experts model) is refused: the number
-of experts a step activates is not known from the plan.
+default) run once per forward pass, not once per layer, and ``layernorm``
+runs twice per layer. ``skew_fit.csv`` corrects decode batches with skewed
+context lengths (:mod:`orcasim.latency.skew`). A profile with ``moe.csv`` (a
+mixture-of-experts model) is refused: the number of experts a step activates
+is not known from the plan.
 
 Interpolation is linear between grid points in every dimension, and linear
 from the last two grid points beyond the grid (``extrapolate: clamp`` holds the
@@ -53,6 +54,7 @@ from pydantic import Field
 
 from orcasim.errors import OrcasimError, ScenarioError
 from orcasim.latency.base import Coefficient, LatencyModel
+from orcasim.latency.skew import SkewFit, load_skew_fit
 from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
 from orcasim.registry import latency_models
@@ -169,6 +171,7 @@ class Profile:
     dense: dict[str, np.ndarray]
     per_sequence: dict[str, np.ndarray]
     attention: dict[str, np.ndarray]
+    skew: SkewFit | None = None
 
 
 #: profiles shipped with orcasim (see orcasim/data/profiles/README.md)
@@ -210,19 +213,26 @@ def load_profile(directory: Path, tp: int) -> Profile:
     if (folder / "moe.csv").is_file():
         raise ScenarioError("engine.latency.dir", "mixture-of-experts profiles (moe.csv) "
                             "are not supported", str(folder))
-    return Profile(folder, read_meta(directory),
+    meta = read_meta(directory)
+    return Profile(folder, meta,
                    read_table(folder / "dense.csv", *DENSE),
                    read_table(folder / "per_sequence.csv", *PER_SEQUENCE),
-                   read_table(folder / "attention.csv", *ATTENTION))
+                   read_table(folder / "attention.csv", *ATTENTION),
+                   load_skew_fit(meta, folder, tp))
 
 
-def summed_curves(table: dict[str, np.ndarray], x: str, names: list[str], clamp: bool
-                  ) -> list[Curve]:
-    """One :class:`Curve` per operator in ``names`` (time in seconds against column ``x``)."""
+def summed_curves(table: dict[str, np.ndarray], x: str, names: list[str], clamp: bool,
+                  counts: dict[str, int] | None = None) -> list[Curve]:
+    """One :class:`Curve` per operator in ``names`` (time in seconds against column ``x``).
+
+    An operator that runs ``counts[name]`` times (default once) has its
+    times multiplied by that count.
+    """
     curves = []
     for name in names:
         rows = table["layer"] == name
-        curves.append(Curve(table[x][rows], table["time_us"][rows] * 1e-6, clamp))
+        k = (counts or {}).get(name, 1)
+        curves.append(Curve(table[x][rows], table["time_us"][rows] * (k * 1e-6), clamp))
     return curves
 
 
@@ -240,8 +250,20 @@ class ProfileLatency(LatencyModel):
         overhead_s: Coefficient = Field(0.0, description="fixed CPU time per step, s")
         per_step_ops: list[str] = Field(["embedding", "final_layernorm"], description=
                                         "dense operators that run once per step, not per layer")
+        op_counts: dict[str, int] = Field({"layernorm": 2}, description="dense operators that "
+                                          "run more than once per layer, and how often (a "
+                                          "decoder layer has two RMSNorms)")
+        skew_correction: bool = Field(True, description="apply the profile's skew fit "
+                                      "(skew_fit.csv) to decode batches of uneven contexts")
         extrapolate: Literal["linear", "clamp"] = Field(
             "linear", description="beyond the grid: extend the edge segment, or hold its value")
+        hidden_size: int | None = Field(None, ge=1, le=1_000_000, description="the model's "
+                                        "hidden size: the all-reduced activations (tp > 1)")
+        dtype_bytes: int = Field(2, ge=1, le=8, description="bytes per activation element")
+        allreduce_bandwidth: float | None = Field(
+            None, gt=1e6, allow_inf_nan=False, description="all-reduce bus bandwidth between "
+            "the GPUs, bytes/s (tp > 1)")
+        allreduce_latency: Coefficient = Field(0.0, description="fixed time per all-reduce, s")
 
     def __init__(self, params: Params) -> None:
         super().__init__(params)
@@ -252,7 +274,8 @@ class ProfileLatency(LatencyModel):
         clamp = params.extrapolate == "clamp"
         ops = list(dict.fromkeys(prof.dense["layer"].tolist()))
         self.per_layer = summed_curves(prof.dense, "tokens",
-                                       [o for o in ops if o not in params.per_step_ops], clamp)
+                                       [o for o in ops if o not in params.per_step_ops], clamp,
+                                       params.op_counts)
         self.per_step = summed_curves(prof.dense, "tokens",
                                       [o for o in ops if o in params.per_step_ops], clamp)
         seq_ops = list(dict.fromkeys(prof.per_sequence["layer"].tolist()))
@@ -262,6 +285,27 @@ class ProfileLatency(LatencyModel):
         self.attention_tree = build_nested(keys, att["time_us"] * 1e-6)
         self.clamp = clamp
         self.overhead = params.overhead_s
+        self.skew = prof.skew if params.skew_correction else None
+        self.comm_fixed, self.comm_per_token = self._allreduce(params)
+
+    def _allreduce(self, params: Params) -> tuple[float, float]:
+        """(fixed, per-token) time of the step's all-reduces, s: two per layer at tp > 1.
+
+        A tp<N> folder holds one GPU's share of each operator (the profiler
+        divides the model's dimensions); the GPUs then all-reduce the
+        attention and MLP outputs of every layer, ``tokens x hidden_size x
+        dtype_bytes`` each, as a ring moving ``2 (tp - 1) / tp`` of it.
+        """
+        if params.tp == 1:
+            return 0.0, 0.0
+        if params.hidden_size is None or params.allreduce_bandwidth is None:
+            raise ScenarioError("engine.latency", f"tp {params.tp} needs hidden_size and "
+                                "allreduce_bandwidth: the profile holds one GPU's operators, "
+                                "not the all-reduces between the GPUs")
+        n = 2 * self.num_layers
+        ring = 2 * (params.tp - 1) / params.tp
+        per_token = ring * params.hidden_size * params.dtype_bytes / params.allreduce_bandwidth
+        return n * params.allreduce_latency, n * per_token
 
     @staticmethod
     def _layers(params: Params, meta: dict, directory: Path) -> int:
@@ -277,36 +321,68 @@ class ProfileLatency(LatencyModel):
     def attention_inputs(self, plan: StepPlan) -> tuple[float, float, float, float]:
         """(prefill_chunk, kv_prefill, n_decode, kv_decode) of the step.
 
-        With scheduled pairs, all prefill chunks form one chunk whose context
-        is their token-weighted mean (so chunk x context, the cross term of
-        the attention work, is preserved); decodes give their count and mean
-        context. Without them, prefills have no cached context and decodes
-        share the plan's KV tokens equally.
+        A scheduled request computing one token is a decode (vLLM's attention
+        backends split the batch the same way, by query length); its context is
+        the tokens it had computed before the step (``plan.contexts``). All
+        prefill chunks form one chunk whose context is their token-weighted
+        mean (so chunk x context, the cross term of the attention work, is
+        preserved); decodes give their count and mean context. Without the
+        scheduled requests, prefills have no cached context and decodes share
+        the plan's KV tokens equally.
         """
+        return self._inputs(plan)[:4]
+
+    @staticmethod
+    def _inputs(plan: StepPlan) -> tuple[float, float, float, float, float, float]:
+        """:meth:`attention_inputs` plus the shortest and longest decode context."""
         if plan.scheduled is None:
             kd = plan.num_kv_tokens / plan.num_seqs if plan.num_seqs else 0.0
-            return float(plan.num_prefill_tokens), 0.0, float(plan.num_decode_tokens), kd
+            return float(plan.num_prefill_tokens), 0.0, float(plan.num_decode_tokens), kd, kd, kd
+        contexts = plan.contexts
+        if contexts is None:
+            contexts = [req.num_computed_tokens for req, _ in plan.scheduled]
         pc = kp = nd = kd = 0
-        for req, n in plan.scheduled:
-            c = req.num_computed_tokens
-            if n == 1 and req.num_output_tokens > 0 and c == req.num_tokens - 1:
+        lo, hi = math.inf, 0
+        for (_, n), c in zip(plan.scheduled, contexts, strict=True):
+            if n == 1:
                 nd += 1
                 kd += c
+                if c < lo:
+                    lo = c
+                if c > hi:
+                    hi = c
             else:
                 pc += n
                 kp += n * c
-        return float(pc), kp / pc if pc else 0.0, float(nd), kd / nd if nd else 0.0
+        mean = kd / nd if nd else 0.0
+        return (float(pc), kp / pc if pc else 0.0, float(nd), mean,
+                float(lo) if nd else 0.0, float(hi))
+
+    def attention_time(self, plan: StepPlan) -> float:
+        """One layer's attention for the step, s, with the skew correction when it applies."""
+        pc, kp, nd, kd, lo, hi = self._inputs(plan)
+        tree, clamp = self.attention_tree, self.clamp
+        t = eval_nested(tree, (pc, kp, nd, kd), clamp)
+        skew = self.skew
+        if skew is not None and nd > 1 and hi > kd:
+            alpha = skew.alpha(pc, int(nd), kd, lo, hi, kp)
+            if alpha:
+                t_max = eval_nested(tree, (pc, kp, nd, hi), clamp)
+                if t_max > t:
+                    t += alpha * (t_max - t)
+        return t
 
     def step_time(self, plan: StepPlan) -> float:
         tokens = float(plan.num_prefill_tokens + plan.num_decode_tokens)
-        point = self.attention_inputs(plan)
-        attention = eval_nested(self.attention_tree, point, self.clamp) if tokens else 0.0
+        attention = self.attention_time(plan) if tokens else 0.0
         layer = sum(c(tokens) for c in self.per_layer) + attention
         t = (self.num_layers * layer + sum(c(tokens) for c in self.per_step)
-             + sum(c(float(plan.num_seqs)) for c in self.per_seq) + self.overhead)
+             + sum(c(float(plan.num_seqs)) for c in self.per_seq) + self.overhead
+             + self.comm_fixed + self.comm_per_token * tokens)
         if not (t > 0 and math.isfinite(t)):
             raise OrcasimError(
                 f"{self.source}: the profile gives {t:.6g} s for a step with {plan.num_seqs} "
-                f"sequences, {tokens:.0f} tokens and attention inputs {point} (extrapolated "
+                f"sequences, {tokens:.0f} tokens and attention inputs "
+                f"{self.attention_inputs(plan)} (extrapolated "
                 "past the profile; use extrapolate: clamp)")
         return t

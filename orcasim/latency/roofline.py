@@ -91,9 +91,11 @@ class RooflineCost:
     def attention_pairs(self, plan: StepPlan) -> float:
         """(query, context) token pairs the step's attention computes."""
         if plan.scheduled is not None:
+            contexts = plan.contexts
+            if contexts is None:
+                contexts = [req.num_computed_tokens for req, _ in plan.scheduled]
             pairs = 0
-            for req, n in plan.scheduled:
-                c = req.num_computed_tokens
+            for (_, n), c in zip(plan.scheduled, contexts, strict=True):
                 pairs += n * c + n * (n + 1) // 2
             return float(pairs)
         # aggregates only (decode-only policies): decode tokens attend to the KV tokens, and

@@ -306,14 +306,16 @@ class TokenPolicy(Policy):
         tokens are the tokens already computed (the context the step reads).
         """
         kv = prefill = decode = 0
+        contexts = []
         for req, n in scheduled:
             c = req.num_computed_tokens
             kv += c
+            contexts.append(c)
             if n == 1 and req.num_output_tokens > 0 and c == req.num_tokens - 1:
                 decode += 1
             else:
                 prefill += n
-        return StepPlan(len(scheduled), kv, prefill, decode, scheduled)
+        return StepPlan(len(scheduled), kv, prefill, decode, scheduled, contexts)
 
     def complete_step(self, plan: StepPlan, t_start: float, t_end: float) -> None:
         ctx = self.ctx

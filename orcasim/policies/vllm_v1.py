@@ -451,14 +451,16 @@ class VllmV1(TokenPolicy):
         seqs = self.seqs
         kv_tokens = prefill = decode = 0
         pairs = []
+        contexts = []
         for req, n, start, _, _ in out.entries:
             kv_tokens += start
+            contexts.append(start)
             if n == 1 and start >= seqs[req.id].num_prompt:
                 decode += 1
             else:
                 prefill += n
             pairs.append((req, n))
-        plan = StepPlan(len(pairs), kv_tokens, prefill, decode, pairs)
+        plan = StepPlan(len(pairs), kv_tokens, prefill, decode, pairs, contexts)
         out.plan = plan
         return plan
 

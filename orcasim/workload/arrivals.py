@@ -260,7 +260,7 @@ class TraceWindow(ComponentParams):
     """Which part of a trace to replay, and how fast."""
 
     file: str = Field(description="trace file path, or a shipped slice (e.g. azure_conv)")
-    format: Literal["auto", "azure", "mooncake", "lengths", "sharegpt"] = "auto"
+    format: Literal["auto", "azure", "mooncake", "lengths", "sharegpt", "tokens"] = "auto"
     start: FiniteFloat = Field(0.0, ge=0, description="replay from this trace time, s")
     end: float | None = Field(None, gt=0, allow_inf_nan=False, description="replay up to (not "
                               "including) this time, s")

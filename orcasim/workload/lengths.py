@@ -44,7 +44,7 @@ class Empirical(LengthDist):
 
     class Params(_Clipped):
         file: str | None = Field(None, description="trace file path or shipped slice name")
-        format: Literal["auto", "azure", "mooncake", "lengths", "sharegpt"] = "auto"
+        format: Literal["auto", "azure", "mooncake", "lengths", "sharegpt", "tokens"] = "auto"
         column: Column | None = Field(None, description="prompt or output")
         values: list[int] | None = Field(None, description="the values, instead of a file "
                                          f"({LIMITS_NOTE})")

@@ -1,4 +1,5 @@
-"""Trace files: Azure LLM inference 2023, Mooncake JSON Lines, length tables, ShareGPT JSON.
+"""Trace files: Azure LLM inference 2023, Mooncake JSON Lines, length tables, ShareGPT JSON,
+token-id JSON Lines (:mod:`orcasim.workload.token_trace`).
 
 :func:`load_trace` reads a trace into a :class:`Trace` (columns of numbers,
 seconds and tokens). ``file`` is a path or the name of a slice shipped in
@@ -43,7 +44,7 @@ SHIPPED = {
     "bwb_lengths": "bwb_lengths.csv",
 }
 
-FORMATS = ("auto", "azure", "mooncake", "lengths", "sharegpt")
+FORMATS = ("auto", "azure", "mooncake", "lengths", "sharegpt", "tokens")
 
 #: characters per token of the estimate used when no tokenizer is given
 CHARS_PER_TOKEN = 4
@@ -116,7 +117,7 @@ def detect_format(file: str | Path) -> str:
 def _detect(path: Any, name: str) -> str:
     suffix = Path(str(path)).suffix.lower()
     if suffix == ".jsonl":
-        return "mooncake"
+        return "tokens" if _first_line_has(path, '"input_tok_ids"') else "mooncake"
     if suffix == ".json":
         return "sharegpt"
     try:
@@ -134,6 +135,15 @@ def _detect(path: Any, name: str) -> str:
         return "lengths"
     raise TraceError(name, "cannot tell the trace format from its name and header; "
                      f"set format to one of {', '.join(FORMATS[1:])}", 1)
+
+
+def _first_line_has(path: Any, needle: str) -> bool:
+    """Whether the first line of the file at ``path`` contains ``needle`` (False if unreadable)."""
+    try:
+        with path.open("r", encoding=ENCODING) as fh:
+            return needle in fh.readline()
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def load_trace(
@@ -172,6 +182,10 @@ def _load_cached(path: Any, name: str, stamp: tuple[int, int], format: str,
         trace = _lengths(text, name)
     elif format == "mooncake":
         trace = _mooncake(text, name, hash_block_size)
+    elif format == "tokens":
+        from orcasim.workload.token_trace import load_token_trace
+
+        trace = load_token_trace(text, name, hash_block_size)
     else:
         from orcasim.workload.sharegpt import load_sharegpt
 

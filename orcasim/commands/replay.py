@@ -1,0 +1,133 @@
+"""``orcasim replay-vllm RUN_DIR --workload W.jsonl --profiles DIR --out OUT``: predict a run.
+
+Builds the scenario of a measured vLLM run from its engine arguments
+(:mod:`orcasim.replay.scenario`), simulates the workload the run served, and
+compares the prediction with the measurement (:mod:`orcasim.replay.compare`).
+Writes to OUT: ``scenario.yaml`` (the scenario it ran: ``orcasim run`` on it
+gives the same prediction), ``comparison.csv``, ``requests.csv`` and, unless
+``--no-plots``, ``latency_cdf.png`` and ``running_waiting.png``. Prints the
+comparison table. Exit status 2 for a missing or malformed run directory,
+workload or profile, or a workload that does not match the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+
+from orcasim.commands.common import check_output_dir
+from orcasim.errors import UsageError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    c = sub.add_parser(
+        "replay-vllm", help="predict a measured vLLM run and compare with the measurement",
+        description="Simulate the requests of a measured vLLM serving run (RUN_DIR: meta.json, "
+        "requests.jsonl, optionally timeseries.csv) with the run's engine arguments and print "
+        "measured against predicted TTFT, TPOT and E2E (mean, median, p90, p95, p99).")
+    c.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the measured run")
+    c.add_argument("--workload", type=Path, required=True, metavar="WORKLOAD.jsonl",
+                   help="the request stream the run served, with token ids (input_toks, "
+                   "output_toks, arrival_time_ns, input_tok_ids per line)")
+    c.add_argument("--profiles", type=Path, default=None, metavar="PROFILE_DIR",
+                   help="operator profiles of the GPU and model (meta.yaml, tp<N>/): the "
+                   "profile latency model")
+    c.add_argument("--gpu", default=None, help="without --profiles: a GPU preset for the "
+                   "roofline latency model")
+    c.add_argument("--gpu-memory-gb", type=float, default=None, metavar="N",
+                   help="GPU memory, GB, to size the KV cache when the run does not record "
+                   "its number of blocks")
+    c.add_argument("--overhead-s", type=float, default=None, metavar="S",
+                   help="the profile model's fixed CPU time per step, s (default: the "
+                   "model's default)")
+    c.add_argument("--out", required=True, help="output directory")
+    c.add_argument("--no-plots", action="store_true", help="skip the plots")
+    c.set_defaults(handler=replay_cmd)
+
+
+def replay_cmd(args: argparse.Namespace) -> int:
+    """Read, check, simulate, compare, write; print the table."""
+    import yaml
+
+    from orcasim.replay import compare
+    from orcasim.replay.measured import load_run
+    from orcasim.replay.scenario import EngineArgs, build_scenario
+    from orcasim.scenario import Scenario
+    from orcasim.simulation import simulate
+    from orcasim.workload.traces import TraceError, load_trace
+
+    t0 = time.perf_counter()
+    if args.gpu_memory_gb is not None and not 0 < args.gpu_memory_gb <= 1e6:
+        raise UsageError(f"--gpu-memory-gb must be > 0, got {args.gpu_memory_gb:g}")
+    out = check_output_dir(args.out)
+    run = load_run(args.run_dir)
+    meta_where = str(args.run_dir / "meta.json")
+    if not args.workload.is_file():
+        raise UsageError(f"{args.workload}: no such workload file")
+    if args.profiles is not None and not args.profiles.is_dir():
+        raise UsageError(f"{args.profiles}: no such profile directory")
+    block_size = EngineArgs(run.meta, meta_where).positive_int("block_size", 16)
+    try:
+        trace = load_trace(args.workload.resolve(), "tokens", hash_block_size=block_size)
+    except TraceError as err:
+        raise UsageError(str(err)) from None
+    _check_match(run, trace, args)
+    scenario = build_scenario(
+        run.meta, meta_where, args.workload.resolve(),
+        profiles=args.profiles.resolve() if args.profiles is not None else None,
+        gpu=args.gpu, gpu_memory_gb=args.gpu_memory_gb,
+        max_request_len=int((trace.prompt_len + trace.output_len).max()))
+    if args.overhead_s is not None:
+        scenario["engine"]["latency"]["overhead_s" if args.profiles else "overhead"] = \
+            args.overhead_s
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
+    res = simulate(Scenario(scenario, source=str(out / "scenario.yaml")))
+    variant = next(iter(res.variants.values()))
+    predicted = _predicted_ms(variant.columns)
+    measured = run.latencies_ms()
+    rows = compare.comparison_rows(measured, predicted)
+    compare.write_comparison(out / "comparison.csv", rows)
+    compare.write_requests(out / "requests.csv", run.request_ids, measured, predicted)
+    written = ["scenario.yaml", "comparison.csv", "requests.csv"]
+    if not args.no_plots:
+        from orcasim.replay import plots
+
+        lat = scenario["engine"]["latency"]["type"]
+        title = (f"{run.meta.get('model', 'model')}: {len(run.request_ids)} requests, "
+                 f"measured vs predicted ({lat} latency model)")
+        plots.latency_cdfs(out / "latency_cdf.png", measured, predicted, title)
+        plots.running_waiting(out / "running_waiting.png", run.timeseries, variant.series, title)
+        written += ["latency_cdf.png", "running_waiting.png"]
+    lat = scenario["engine"]["latency"]["type"]
+    print(compare.format_table(rows, f"{args.run_dir}: measured vs predicted ({lat} model), "
+                               f"{len(run.request_ids)} requests"))
+    print(f"\nwrote {len(written)} files to {out}/: {', '.join(written)} "
+          f"({time.perf_counter() - t0:.2f} s)")
+    return 0
+
+
+def _check_match(run, trace, args: argparse.Namespace) -> None:  # type: ignore[no-untyped-def]
+    """The workload must be the run's request stream: same count and lengths, line by line."""
+    n_run, n_wl = len(run.request_ids), len(trace)
+    if n_run != n_wl:
+        raise UsageError(f"{args.workload}: {n_wl} requests, but the run "
+                         f"({args.run_dir / 'requests.jsonl'}) has {n_run}")
+    for name, a, b in (("input_toks", run.input_toks, trace.prompt_len),
+                       ("output_toks", run.output_toks, trace.output_len)):
+        bad = np.flatnonzero(np.asarray(a) != np.asarray(b))
+        if bad.size:
+            k = int(bad[0])
+            raise UsageError(f"{args.workload}: request {k + 1} has {name} {int(b[k])}, but "
+                             f"the run's request {run.request_ids[k]} has {int(a[k])}: the "
+                             "workload is not the one the run served")
+
+
+def _predicted_ms(cols: dict) -> dict[str, np.ndarray]:  # type: ignore[type-arg]
+    from orcasim.metrics.summary import request_latencies
+
+    lat = request_latencies(cols)
+    return {"ttft": lat["ttft"] * 1e3, "tpot": lat["tpot"] * 1e3, "e2e": lat["e2e"] * 1e3}

@@ -1,0 +1,236 @@
+"""The scenario a replay runs, built from a measured run's engine arguments.
+
+The replay is a convenience: it writes an ordinary scenario (``scenario.yaml``
+in the output directory) and runs it, so the same prediction can be made by
+hand. The mapping from vLLM's engine arguments (``meta.json`` ->
+``engine_kwargs``) is:
+
+- ``max_num_seqs``, ``max_num_batched_tokens``, ``block_size`` (16),
+  ``enable_prefix_caching`` (on), ``enable_chunked_prefill`` (on) ->
+  the ``vllm-v1`` policy; values in brackets are vLLM V1's defaults, used when
+  the argument is absent or null;
+- ``async_scheduling``: vLLM's default since 0.12 (vllm-project/vllm#27614,
+  "Enable async scheduling by default") is on, off before;
+- ``max_model_len``: the model's context length when null;
+- ``long_prefill_token_threshold`` when set;
+- KV blocks: ``num_gpu_blocks`` when the run recorded it, otherwise the
+  ``memory`` section sizes the cache from the model, the GPU memory and
+  ``gpu_memory_utilization`` (0.9);
+- ``tensor_parallel_size`` -> the profile's ``tp<N>`` folder (or the roofline's tp);
+- the profile model's per-step CPU time: the gap between steps that vLLM's
+  developers measured with and without async scheduling (see ``STEP_GAP_*``);
+- at tp > 1, the profile model's all-reduce: a PCIe link (``ALLREDUCE_PCIE_*``;
+  change ``engine.latency.allreduce_*`` in the written scenario for NVLink).
+
+Each argument is read from vLLM's resolved configuration when the run
+recorded it (``resolved_config`` and ``kv_cache`` in ``meta.json``), else from
+``engine_kwargs`` (:class:`EngineArgs`).
+
+The workload is the token-id trace itself (``format: tokens``), hashed per
+KV block as vLLM hashes it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from orcasim.errors import UsageError
+from orcasim.hardware import MODELS, ModelSpec, get_model
+
+#: vLLM V1 scheduler defaults used when the run does not record an argument
+DEFAULT_MAX_NUM_SEQS = 256
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
+#: the first vLLM release with async scheduling on by default
+ASYNC_DEFAULT_SINCE = (0, 12)
+#: CPU time per step left on the critical path, s, for the profile model (whose tables hold
+#: GPU time only). With async scheduling the scheduler and input preparation overlap the
+#: forward pass and the gap between steps measured 150-170 us (batch 256, CUDA graphs;
+#: vllm-project/vllm#11133); without it the gap was 5-6 ms (Llama-2-7B, batch 256, ShareGPT;
+#: vllm-project/vllm#10634).
+STEP_GAP_ASYNC_S = 160e-6
+STEP_GAP_SYNC_S = 5.5e-3
+#: all-reduce between tensor-parallel GPUs over PCIe (no NVLink): the link LLMServingSim's
+#: validated RTX PRO 6000 TP2 configuration uses (link_bw 16 GB/s, link_latency 20 us;
+#: bench/examples/RTXPRO6000/Qwen3-32B/config.json in casys-kaist/LLMServingSim)
+ALLREDUCE_PCIE_BANDWIDTH = 16e9
+ALLREDUCE_PCIE_LATENCY_S = 20e-6
+
+
+def model_preset(name: str) -> ModelSpec | None:
+    """The model preset for a Hugging Face id (``meta-llama/Llama-3.1-8B`` -> ``llama-3.1-8b``)."""
+    base = name.rsplit("/", 1)[-1].lower()
+    for key in (name, name.lower(), base, base.removesuffix("-hf"),
+                base.removesuffix("-instruct")):
+        try:
+            return get_model(key)
+        except KeyError:
+            continue
+    return None
+
+
+def _version(text: Any) -> tuple[int, ...]:
+    found = re.match(r"(\d+)\.(\d+)", str(text or ""))
+    return (int(found.group(1)), int(found.group(2))) if found else ()
+
+
+#: where each engine argument may be recorded besides ``engine_kwargs``: sections of
+#: ``resolved_config`` (vLLM's VllmConfig after boot), then ``kv_cache``
+SECTIONS = {
+    "max_num_seqs": ("scheduler_config",),
+    "max_num_batched_tokens": ("scheduler_config",),
+    "max_model_len": ("scheduler_config", "model_config"),
+    "async_scheduling": ("scheduler_config",),
+    "enable_chunked_prefill": ("scheduler_config",),
+    "long_prefill_token_threshold": ("scheduler_config",),
+    "block_size": ("cache_config", "kv_cache"),
+    "enable_prefix_caching": ("cache_config", "kv_cache"),
+    "gpu_memory_utilization": ("cache_config", "kv_cache"),
+    "num_gpu_blocks": ("cache_config", "kv_cache"),
+    "tensor_parallel_size": ("parallel_config",),
+}
+
+
+class EngineArgs:
+    """The run's engine arguments: what vLLM resolved when recorded, else what was asked.
+
+    Newer run directories record vLLM's resolved configuration
+    (``resolved_config``, one section per sub-config, and ``kv_cache``):
+    the values the engine actually ran with, defaults filled in. Those win
+    over ``engine_kwargs`` (the arguments given, ``null`` where left to vLLM).
+    """
+
+    def __init__(self, meta: dict[str, Any], where: str) -> None:
+        self.meta = meta
+        self.where = where
+        kw = meta.get("engine_kwargs")
+        self.kwargs: dict[str, Any] = kw if isinstance(kw, dict) else {}
+        rc = meta.get("resolved_config")
+        self.resolved: dict[str, Any] = rc if isinstance(rc, dict) else {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The recorded value of ``key`` (None-valued records skipped), else ``default``."""
+        for section in SECTIONS.get(key, ()):
+            block = self.meta.get("kv_cache") if section == "kv_cache" else \
+                self.resolved.get(section)
+            if isinstance(block, dict) and block.get(key) is not None:
+                return block[key]
+        v = self.kwargs.get(key, self.meta.get(key))
+        return default if v is None else v
+
+    def positive_int(self, key: str, default: int) -> int:
+        v = self.get(key, default)
+        if type(v) is not int or v < 1:
+            raise UsageError(f"{self.where}: {key} must be a whole number >= 1, got {v!r}")
+        return v
+
+    def flag(self, key: str, default: bool) -> bool:
+        v = self.get(key, default)
+        if not isinstance(v, bool):
+            raise UsageError(f"{self.where}: {key} must be true or false, got {v!r}")
+        return v
+
+
+def num_gpu_blocks(meta: dict[str, Any]) -> int | None:
+    """The KV blocks the run's engine allocated, when ``meta.json`` records them."""
+    args = EngineArgs(meta, "meta.json")
+    for v in (args.get("num_gpu_blocks"), args.kwargs.get("num_gpu_blocks_override")):
+        if type(v) is int and v >= 2:
+            return v
+    return None
+
+
+def build_scenario(
+    meta: dict[str, Any],
+    where: str,
+    workload: Path,
+    *,
+    profiles: Path | None,
+    gpu: str | None = None,
+    gpu_memory_gb: float | None = None,
+    max_request_len: int = 0,
+) -> dict[str, Any]:
+    """The scenario (a plain dict, as written to YAML) replaying a run with ``meta``.
+
+    ``profiles`` selects the ``profile`` latency model (a profile directory);
+    without it ``gpu`` (a GPU preset) selects the ``roofline``. ``where``
+    names meta.json in errors; ``max_request_len`` (the longest prompt +
+    output of the workload) bounds ``max_model_len`` when the model is not
+    a preset.
+    """
+    args = EngineArgs(meta, where)
+    model_name = str(meta.get("model") or args.kwargs.get("model") or "")
+    preset = model_preset(model_name)
+    tp = args.positive_int("tensor_parallel_size", 1)
+    block_size = args.positive_int("block_size", 16)
+    fallback_len = preset.max_model_len if preset is not None else max(max_request_len, 2)
+    policy: dict[str, Any] = {
+        "type": "vllm-v1",
+        "max_num_seqs": args.positive_int("max_num_seqs", DEFAULT_MAX_NUM_SEQS),
+        "max_num_batched_tokens": args.positive_int("max_num_batched_tokens",
+                                                    DEFAULT_MAX_NUM_BATCHED_TOKENS),
+        "max_model_len": args.positive_int("max_model_len", fallback_len),
+        "block_size": block_size,
+        "enable_prefix_caching": args.flag("enable_prefix_caching", True),
+        "enable_chunked_prefill": args.flag("enable_chunked_prefill", True),
+        "async_scheduling": args.flag("async_scheduling", _version(
+            meta.get("vllm_version")) >= ASYNC_DEFAULT_SINCE),
+    }
+    threshold = args.get("long_prefill_token_threshold", 0)
+    if type(threshold) is int and threshold > 0:
+        policy["long_prefill_token_threshold"] = threshold
+    max_len = policy["max_model_len"]
+    scenario: dict[str, Any] = {
+        "name": "replay",
+        "description": f"replay of a measured vLLM run of {model_name or 'a model'}",
+        "workload": {"type": "trace", "file": str(workload), "format": "tokens",
+                     "hash_block_size": block_size},
+        "engine": {"latency": _latency(profiles, gpu, preset, model_name, tp)},
+        "policy": policy,
+    }
+    if profiles is not None:
+        scenario["engine"]["latency"]["overhead_s"] = (
+            STEP_GAP_ASYNC_S if policy["async_scheduling"] else STEP_GAP_SYNC_S)
+    blocks = num_gpu_blocks(meta)
+    if blocks is not None:
+        policy["num_blocks"] = blocks
+    else:
+        if preset is None:
+            raise UsageError(f"{where}: the run records no num_gpu_blocks and model "
+                             f"{model_name!r} is not a preset, so the KV cache cannot be sized "
+                             f"(known models: {', '.join(sorted(MODELS))})")
+        if gpu_memory_gb is None and gpu is None:
+            raise UsageError(f"{where}: the run records no num_gpu_blocks: give --gpu-memory-gb "
+                             "(the GPU's memory) to size the KV cache")
+        memory: dict[str, Any] = {
+            "model": preset.name, "tp": tp, "block_size": block_size,
+            "gpu_memory_utilization": float(args.get("gpu_memory_utilization", 0.9)),
+            "max_model_len": int(max_len)}
+        if gpu_memory_gb is not None:
+            memory["gpu_memory_gb"] = gpu_memory_gb
+        else:
+            memory["gpu"] = gpu
+        scenario["memory"] = memory
+    return scenario
+
+
+def _latency(profiles: Path | None, gpu: str | None, preset: ModelSpec | None,
+             model_name: str, tp: int) -> dict[str, Any]:
+    if profiles is not None:
+        latency: dict[str, Any] = {"type": "profile", "dir": str(profiles), "tp": tp}
+        if preset is not None:
+            latency["num_layers"] = preset.num_layers
+        if tp > 1:
+            if preset is not None:
+                latency["hidden_size"] = preset.hidden_size
+            latency["allreduce_bandwidth"] = ALLREDUCE_PCIE_BANDWIDTH
+            latency["allreduce_latency"] = ALLREDUCE_PCIE_LATENCY_S
+        return latency
+    if gpu is None:
+        raise UsageError("give --profiles (operator profiles of the GPU) or --gpu (a GPU "
+                         "preset, for the roofline model)")
+    if preset is None:
+        raise UsageError(f"the roofline needs a model preset; {model_name!r} is not one "
+                         f"(known: {', '.join(sorted(MODELS))})")
+    return {"type": "roofline", "model": preset.name, "gpu": gpu, "tp": tp}
