@@ -70,7 +70,7 @@ def _format(err: ValidationError) -> str:
 def load_config(config: str | dict[str, Any]) -> tuple[IPConfig, str]:
     """The validated config and where it came from; ScenarioError naming the key if bad."""
     if isinstance(config, dict):
-        return _validate(config, "workload.config"), "workload.config"
+        return _validate(config, "inline config"), "inline config"
     path = Path(config)
     if not path.is_file() and (SHIPPED / f"{config}.yaml").is_file():
         path = SHIPPED / f"{config}.yaml"
