@@ -77,7 +77,7 @@ def load_config(config: str | dict[str, Any]) -> tuple[IPConfig, str]:
     if not path.is_file():
         raise ScenarioError("workload.config", f"inference-perf config {config!r} not found "
                             f"(a path, or one of: {', '.join(shipped_configs())})")
-    return _read(str(path.resolve()), path.stat().st_mtime_ns), str(path)
+    return _read(str(path.resolve()), path.stat().st_mtime_ns, str(path)), str(path)
 
 
 def shipped_configs() -> list[str]:
@@ -86,15 +86,15 @@ def shipped_configs() -> list[str]:
 
 
 @functools.lru_cache(maxsize=16)
-def _read(path: str, _stamp: int) -> IPConfig:
+def _read(path: str, _stamp: int, shown: str) -> IPConfig:
     try:
         raw = yaml.safe_load(Path(path).read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ScenarioError("workload.config", f"{path}: not a YAML file ({first})") from None
+        raise ScenarioError("workload.config", f"{shown}: not a YAML file ({first})") from None
     if not isinstance(raw, dict):
-        raise ScenarioError("workload.config", f"{path}: not a mapping")
-    return _validate(raw, path)
+        raise ScenarioError("workload.config", f"{shown}: not a mapping")
+    return _validate(raw, shown)
 
 
 def _validate(raw: dict[str, Any], where: str) -> IPConfig:
