@@ -231,30 +231,31 @@ class InferencePerf(Workload):
         hb, special = self.params.hash_block_size, self.params.special_tokens
         intern = _Interner()
         prompt, output, prev, hashes, names, sessions = [], [], [], [], [], []
+        own: list[tuple[int, ...]] = []  # each prompt's block ids: group's, then its own
+        for ii in range(n):
+            g = int(group[ii])
+            shared = special + int(system[g])
+            first = shared + int(question[ii])
+            own.append(tuple(intern(("g", g, b)) if (b + 1) * hb <= shared
+                             else intern(("p", ii, b)) for b in range(-(-first // hb))))
         base = 0
         for k, c in enumerate(counts):
             j = np.arange(c)
             i = j % n
             rnd = j // n if multi else np.zeros(c, dtype=np.int64)
             seg = system[group[i]] + question[i]
-            prompt.append((rnd + 1) * seg + rnd * answer[i])
+            total = (rnd + 1) * seg + rnd * answer[i]
+            prompt.append(total)
             output.append(answer[i])
             prev.append(np.where(rnd > 0, base + j - n, -1))
-            for jj, ii, rr in zip(j.tolist(), i.tolist(), rnd.tolist(), strict=True):
-                g = int(group[ii])
-                shared = special + int(system[g])
-                first = shared + int(question[ii])
-                total = special + int(prompt[-1][jj])
-                ids = []
-                for b in range(-(-total // hb)):
-                    hi = (b + 1) * hb
-                    if hi <= shared:
-                        ids.append(intern(("g", g, b)))
-                    elif hi <= first or (rr == 0 and b * hb < first):
-                        ids.append(intern(("p", ii, b)))
-                    else:
-                        ids.append(intern(("c", k, ii, b)))
-                hashes.append(ids)
+            for jj, ii, rr, tt in zip(j.tolist(), i.tolist(), rnd.tolist(), total.tolist(),
+                                      strict=True):
+                if rr == 0:
+                    hashes.append(own[ii])  # the same prompt: the same blocks, in every stage
+                else:  # the first round's whole blocks, then this stage's conversation
+                    keep = (special + int(seg[jj])) // hb
+                    hashes.append(own[ii][:keep] + tuple(
+                        intern(("c", k, ii, b)) for b in range(keep, -(-(special + tt) // hb))))
                 names.append(f"st{k}.u{ii}.t{rr}" if multi else f"st{k}.r{jj}")
                 if multi:
                     sessions.append(f"st{k}.u{ii}")
