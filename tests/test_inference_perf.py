@@ -125,6 +125,19 @@ def test_multi_turn_users_round_robin_with_growing_history():
     assert res["vllm-v1"].summary["prefix_cache_hit_rate"] > 0.3
 
 
+def test_multi_turn_sessions_of_inference_perf_before_0_5_start_with_the_system_prompt():
+    cfg = with_(SHARED, load={"type": "constant", "stages": [{"rate": 2, "duration": 2}]},
+                data={"type": "shared_prefix", "shared_prefix": {
+                    "num_groups": 1, "num_prompts_per_group": 2, "system_prompt_len": 40,
+                    "question_len": 8, "output_len": 5, "enable_multi_turn_chat": True}})
+    arr = generate_workload(scenario(cfg, session_start="system_prompt").variants[0], 1)
+    rounds = np.arange(4) // 2
+    assert arr.prompt_len.tolist() == (1 + 40 + (rounds + 1) * 48 + rounds * 5).tolist()
+    # BOS and the system prompt twice (89 tokens): 5 whole blocks shared by both users
+    ids = arr.attrs["hash_ids"]
+    assert ids[0][:5] == ids[1][:5] and ids[0][5] != ids[1][5]
+
+
 def test_random_lengths_client_timeout_and_concurrency():
     cfg = with_(SHARED, data={"type": "random",
                               "input_distribution": {"min": 5, "max": 5, "mean": 5,

@@ -17,7 +17,11 @@ produces the requests it would send, as its code (v0.6.1 and main of August
   a round only after the previous one ended, and the history accumulates:
   round ``r`` sends everything of round ``r - 1`` (prompt and answer) followed
   by the user's prompt again, so its prompt is ``(r + 1)(system + question) +
-  r x output`` tokens. Sessions start afresh in every stage.
+  r x output`` tokens (plus one more system prompt in front with
+  ``session_start: system_prompt``, as inference-perf up to 0.4.x did: there
+  a session started from its group's system prompt; from 0.5.0 on, the
+  sessions the client uses start empty). Sessions start afresh in every
+  stage.
 - ``random`` and ``synthetic``: input and output lengths drawn once
   (``max requests of a stage + 1`` of each), request ``j`` of every stage
   taking row ``j``; prompts are unique.
@@ -39,7 +43,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import yaml
@@ -151,6 +155,9 @@ class InferencePerf(Workload):
                                             "worker_max_concurrency when num_workers is set)")
         assume_max_tokens: bool = Field(False, description="simulate outputs of max_tokens "
                                         "even with ignore_eos: false")
+        session_start: Literal["empty", "system_prompt"] = Field(
+            "empty", description="multi-turn: a session's first context (empty: inference-perf "
+            "0.5.0 and later; system_prompt: up to 0.4.x)")
 
         @model_validator(mode="after")
         def _readable(self) -> InferencePerf.Params:
@@ -231,10 +238,12 @@ class InferencePerf(Workload):
         hb, special = self.params.hash_block_size, self.params.special_tokens
         intern = _Interner()
         prompt, output, prev, hashes, names, sessions = [], [], [], [], [], []
+        start_with_system = multi and self.params.session_start == "system_prompt"
+        lead = system if start_with_system else np.zeros_like(system)
         own: list[tuple[int, ...]] = []  # each prompt's block ids: group's, then its own
         for ii in range(n):
             g = int(group[ii])
-            shared = special + int(system[g])
+            shared = special + int(lead[g]) + int(system[g])
             first = shared + int(question[ii])
             own.append(tuple(intern(("g", g, b)) if (b + 1) * hb <= shared
                              else intern(("p", ii, b)) for b in range(-(-first // hb))))
@@ -244,7 +253,7 @@ class InferencePerf(Workload):
             i = j % n
             rnd = j // n if multi else np.zeros(c, dtype=np.int64)
             seg = system[group[i]] + question[i]
-            total = (rnd + 1) * seg + rnd * answer[i]
+            total = lead[group[i]] + (rnd + 1) * seg + rnd * answer[i]
             prompt.append(total)
             output.append(answer[i])
             prev.append(np.where(rnd > 0, base + j - n, -1))
@@ -253,7 +262,7 @@ class InferencePerf(Workload):
                 if rr == 0:
                     hashes.append(own[ii])  # the same prompt: the same blocks, in every stage
                 else:  # the first round's whole blocks, then this stage's conversation
-                    keep = (special + int(seg[jj])) // hb
+                    keep = (special + int(lead[group[ii]] + seg[jj])) // hb
                     hashes.append(own[ii][:keep] + tuple(
                         intern(("c", k, ii, b)) for b in range(keep, -(-(special + tt) // hb))))
                 names.append(f"st{k}.u{ii}.t{rr}" if multi else f"st{k}.r{jj}")
