@@ -12,7 +12,12 @@ from orcasim.cli import main
 from orcasim.errors import ScenarioError
 from orcasim.hardware import GPUS, MODELS, get_gpu, get_model
 from orcasim.kv.config import MemoryOptions, kv_blocks, resolve
-from orcasim.latency.op_calibration import allreduce_fit, gemm_efficiencies
+from orcasim.latency.op_calibration import (
+    allreduce_fit,
+    dense_profile_efficiencies,
+    gemm_efficiencies,
+)
+from orcasim.latency.op_calibration import main as main_calibration
 from orcasim.model_specs import resolve_model, spec_from_hf_config
 from orcasim.plan import StepPlan
 from orcasim.registry import latency_models
@@ -223,3 +228,20 @@ def test_efficiencies_come_from_operator_profiles(tmp_path):
     path.write_text("n_head,num_tokens\n4,1\n")
     with pytest.raises(ScenarioError, match=r"mlp\.csv: n_kv_head: missing column"):
         gemm_efficiencies(path, "h100-sxm")
+
+
+def test_efficiencies_from_an_llmservingsim_dense_profile(tmp_path, capsys):
+    rows = ["layer,tokens,time_us"]
+    for op in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "act_fn"):
+        rows += [f"{op},1,100", f"{op},2048,1000"]
+    path = tmp_path / "dense.csv"
+    path.write_text("\n".join(rows) + "\n")
+    e = dense_profile_efficiencies(path, "meta-llama/Llama-2-7b-hf", "a100-80gb")
+    weights = 4096 * 96 * 128 + 4096 * 4096 + 2 * 4096 * 11008 + 11008 * 4096
+    assert weights == 202_375_168
+    assert e.bandwidth_efficiency == pytest.approx(weights * 2 / 400e-6 / 2039e9, rel=1e-12)
+    assert e.compute_efficiency == pytest.approx(2 * 2048 * weights / 4e-3 / 312e12, rel=1e-12)
+    assert main_calibration([str(path), "--gpu", "a100-80gb", "--model", "llama-2-7b"]) == 0
+    assert "compute_efficiency 0.664" in capsys.readouterr().out
+    assert main_calibration([str(path), "--gpu", "a100-80gb"]) == 2
+    assert capsys.readouterr().err.strip() == "orcasim: error: a dense.csv profile needs --model"

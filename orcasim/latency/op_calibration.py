@@ -18,8 +18,16 @@ Two kinds of operator-level measurements give the roofline's efficiencies:
   ``num_workers``. :func:`allreduce_fit` fits ``t = latency + size ·
   2(w-1)/w / bus_bandwidth`` to the large messages.
 
+- an LLMServingSim profile, ``dense.csv`` (``layer, tokens, time_us``) of
+  ``<GPU>/<org>/<model>/<dtype>/tp<N>/`` (the format of shared operator
+  profiles and of the ``profile`` latency model): the same four projections
+  are ``qkv_proj``, ``o_proj``, ``gate_up_proj`` and ``down_proj``, whose
+  shapes come from the model spec (:func:`dense_profile_efficiencies`; a
+  mixture-of-experts model's experts are in ``moe.csv`` and left out).
+
 ``python -m orcasim.latency.op_calibration mlp.csv --gpu h100-sxm`` (or
-``all_reduce.csv --workers 4``) prints them.
+``all_reduce.csv --workers 4``, or ``dense.csv --gpu rtx-pro-6000 --model
+meta-llama/Llama-3.1-8B``) prints them.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from orcasim.errors import EXIT_USAGE, OrcasimError, ScenarioError, UsageError
-from orcasim.model_specs import resolve_gpu
+from orcasim.model_specs import resolve_gpu, resolve_model
 
 #: the matrix multiplications of a Vidur mlp.csv row
 GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
@@ -112,6 +120,51 @@ def gemm_efficiencies(path: str | Path, gpu: str, *, dtype_bytes: int = 2, tp: i
     return GemmEfficiency(float(np.median(comp)), float(np.median(mem)), len(comp), len(mem))
 
 
+def dense_profile_efficiencies(path: str | Path, model: str, gpu: str, *, tp: int = 1,
+                               compute_min_tokens: int = 1024, memory_max_tokens: int = 8
+                               ) -> GemmEfficiency:
+    """Compute and bandwidth efficiencies of the projections in an LLMServingSim ``dense.csv``.
+
+    As :func:`gemm_efficiencies`, with the weights of each operator from
+    ``model``'s shape split over ``tp`` GPUs: ``qkv_proj`` ``h·(H + 2·KV)·d``,
+    ``o_proj`` ``H·d·h``, ``gate_up_proj`` ``2·h·I``, ``down_proj`` ``I·h``.
+    The medians are over the token counts present for every operator.
+    """
+    p = Path(path)
+    m = resolve_model(model)
+    g = resolve_gpu(gpu)
+    h, d = m.hidden_size, m.head_dim
+    weights = {"qkv_proj": h * (m.num_heads + 2 * m.num_kv_heads) * d,
+               "o_proj": m.num_heads * d * h}
+    if not m.is_moe:
+        weights.update(gate_up_proj=2 * h * m.intermediate_size,
+                       down_proj=m.intermediate_size * h)
+    times: dict[float, dict[str, list[float]]] = {}
+    for line, row in enumerate(_rows(p, ("layer", "tokens", "time_us")), start=2):
+        op = row["layer"].strip()
+        if op in weights:
+            n = _number(row, "tokens", p, line)
+            times.setdefault(n, {}).setdefault(op, []).append(
+                _number(row, "time_us", p, line) * 1e-6)
+    comp: list[float] = []
+    mem: list[float] = []
+    total = sum(weights.values()) / tp
+    for n, ops in times.items():
+        if len(ops) < len(weights):
+            continue
+        seconds = sum(float(np.mean(v)) for v in ops.values())
+        if seconds <= 0:
+            continue
+        if n >= compute_min_tokens:
+            comp.append(2 * n * total / seconds / g.peak_flops)
+        if n <= memory_max_tokens:
+            mem.append(total * m.dtype_bytes / seconds / g.hbm_bandwidth)
+    if not comp or not mem:
+        raise UsageError(f"{p}: no token counts >= {compute_min_tokens} and <= "
+                         f"{memory_max_tokens} with all of {', '.join(weights)}")
+    return GemmEfficiency(float(np.median(comp)), float(np.median(mem)), len(comp), len(mem))
+
+
 def allreduce_fit(path: str | Path, workers: int, *, min_bytes: int = 8 * 2**20
                   ) -> tuple[float, float]:
     """``(latency s, bus bandwidth bytes/s)`` of ``workers``-GPU all-reduces of a Vidur file.
@@ -146,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu", default="h100-sxm", help="GPU preset the profile was taken on")
     ap.add_argument("--tp", type=int, default=1, help="mlp.csv: tensor-parallel rows to use")
     ap.add_argument("--workers", type=int, default=4, help="all_reduce.csv: GPUs")
+    ap.add_argument("--model", default=None, help="dense.csv: the profiled model (preset, "
+                    "Hugging Face id or config.json)")
     args = ap.parse_args(argv)
     try:
         with open(args.file, newline="") as f:
@@ -154,7 +209,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"orcasim: error: {args.file}: {e.strerror}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        if "time_stats.all_reduce.median" in header:
+        if "time_us" in header and "layer" in header:
+            if args.model is None:
+                raise UsageError("a dense.csv profile needs --model")
+            e = dense_profile_efficiencies(args.file, args.model, args.gpu, tp=args.tp)
+            print(f"{args.gpu} tp={args.tp}: compute_efficiency {e.compute_efficiency:.3f} "
+                  f"({e.compute_rows} token counts), bandwidth_efficiency "
+                  f"{e.bandwidth_efficiency:.3f} ({e.memory_rows} token counts)")
+        elif "time_stats.all_reduce.median" in header:
             lat, bw = allreduce_fit(args.file, args.workers)
             link = resolve_gpu(args.gpu).interconnect_bandwidth
             print(f"all-reduce, {args.workers} GPUs: latency {lat * 1e6:.1f} us, bus bandwidth "
