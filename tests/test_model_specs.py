@@ -212,7 +212,7 @@ VIDUR_MLP = (
 )
 
 
-def test_efficiencies_come_from_operator_profiles(tmp_path):
+def test_efficiencies_come_from_operator_profiles(tmp_path, capsys):
     path = tmp_path / "mlp.csv"
     path.write_text(VIDUR_MLP)
     e = gemm_efficiencies(path, "h100-sxm")
@@ -225,6 +225,11 @@ def test_efficiencies_come_from_operator_profiles(tmp_path):
                   f"1,{(1e-5 + 2**24 * 1.5 / 3e11) * 1e3!r},4,{2**24}\n")
     lat, bw = allreduce_fit(ar, 4)
     assert lat == pytest.approx(1e-5, rel=1e-9) and bw == pytest.approx(3e11, rel=1e-9)
+    assert main_calibration([str(ar), "--gpu", "h100-sxm", "--workers", "4"]) == 0
+    assert main_calibration([str(path), "--gpu", "h100-sxm"]) == 0
+    out = capsys.readouterr().out
+    assert "all-reduce, 4 GPUs: latency 10.0 us, bus bandwidth 300.0 GB/s = 0.667" in out
+    assert "h100-sxm tp=1: compute_efficiency" in out
     path.write_text("n_head,num_tokens\n4,1\n")
     with pytest.raises(ScenarioError, match=r"mlp\.csv: n_kv_head: missing column"):
         gemm_efficiencies(path, "h100-sxm")
