@@ -41,7 +41,8 @@ class StagedRelease:
     """When each request of a staged workload may be sent (see the module docstring).
 
     ``stage`` (sorted) and ``offset`` (seconds from the stage's start, sorted
-    within a stage) give the schedule; ``prev`` the request that must end
+    within a stage) give the schedule, ``counts`` the requests of each stage
+    (a stage may have none: it ends as it starts); ``prev`` the request that must end
     first (-1: none); ``interval`` the pause between stages; ``lead`` the time
     from a stage's queueing to its start; ``poll`` how often the end of a stage
     is checked; ``max_concurrency`` the most requests in flight (0: no limit).
@@ -50,33 +51,37 @@ class StagedRelease:
     stage: np.ndarray
     offset: np.ndarray
     prev: np.ndarray
+    counts: tuple[int, ...]
     interval: float = 1.0
     lead: float = 1.0
     poll: float = 1.0
     max_concurrency: int = 0
 
-    def next_origin(self, origin: float, last_end: float) -> float:
-        """The start of the next stage, given this one's start and its last request's end."""
+    def next_origin(self, origin: float, last_end: float | None) -> float:
+        """The start of the next stage, given this one's start and its last request's end
+        (None: the stage had no request)."""
         queued = origin - self.lead
+        if last_end is None:
+            last_end = queued
         if self.poll > 0:
             seen = queued + self.poll * math.ceil((last_end - queued) / self.poll)
         else:
             seen = last_end
         return seen + self.interval + self.lead
 
-    def nominal_origins(self, durations: list[float]) -> list[float]:
-        """Stage starts if every stage drained by the end of its schedule (a lower bound)."""
+    def nominal_origins(self) -> list[float]:
+        """Stage starts if every stage drained by its last scheduled send (a lower bound)."""
         out = [0.0]
-        for d in durations[:-1]:
-            out.append(self.next_origin(out[-1], out[-1] + d))
+        for k, c in enumerate(self.counts[:-1]):
+            last = out[-1] + float(self.offset[self.stage == k].max()) if c else None
+            out.append(self.next_origin(out[-1], last))
         return out
 
     def origins(self, finish: np.ndarray) -> list[float]:
         """The stage starts of a finished run, from each request's end time (by index)."""
-        n_stages = int(self.stage[-1]) + 1 if len(self.stage) else 0
         out = [0.0]
-        for k in range(n_stages - 1):
-            last = float(np.max(finish[self.stage == k]))
+        for k, c in enumerate(self.counts[:-1]):
+            last = float(np.max(finish[self.stage == k])) if c else None
             out.append(self.next_origin(out[-1], last))
         return out
 
@@ -94,8 +99,8 @@ class StagedSource(OpenLoopSource):
         stage = release.stage.tolist()
         self._offset: list[float] = release.offset.tolist()
         self._prev: list[int] = release.prev.tolist()
-        self._bounds = np.flatnonzero(np.r_[True, np.diff(release.stage) != 0, True]).tolist()
-        self._left = [hi - lo for lo, hi in zip(self._bounds, self._bounds[1:], strict=False)]
+        self._bounds = [0, *np.cumsum(release.counts).tolist()]
+        self._left = list(release.counts)
         self._stage_of = stage
         self._origin = 0.0
         self._current = 0
@@ -126,6 +131,9 @@ class StagedSource(OpenLoopSource):
         yield  # a process needs a generator
 
     def _start_stage(self, k: int, origin: float) -> None:
+        while not self._left[k] and k + 1 < len(self._left):  # a stage with no request
+            self.origins.append(origin)
+            k, origin = k + 1, self.rel.next_origin(origin, None)
         self._current, self._origin = k, origin
         self.origins.append(origin)
         lo, hi = self._bounds[k], self._bounds[k + 1]

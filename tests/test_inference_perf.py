@@ -98,6 +98,19 @@ def test_stages_wait_for_each_other_and_sends_are_recorded():
     assert v.summary["class.stage1.num_finished"] == 4
 
 
+def test_a_stage_without_requests_only_adds_its_pause():
+    cfg = with_(SHARED, load={"type": "constant", "interval": 1, "stages": [
+        {"rate": 2, "duration": 2}, {"rate": 0.5, "duration": 1}, {"rate": 1, "duration": 2}]})
+    sc = scenario(cfg)
+    arr = generate_workload(sc.variants[0], 4)
+    assert arr.release.counts == (4, 0, 2) and list(arr.attrs["cls"]) == ["stage0"] * 4 + [
+        "stage2"] * 2
+    cols = simulate(sc, 4)["vllm-v1"].columns
+    origin1 = -1 + math.ceil(cols["finish"][:4].max() + 1) + 1 + 1
+    origin2 = origin1 - 1 + 1 + 1  # queued, ended at once, pause, lead
+    assert np.allclose(cols["arrival"][4:], origin2 + arr.release.offset[4:])
+
+
 def test_multi_turn_users_round_robin_with_growing_history():
     cfg = with_(SHARED, load={"type": "constant", "stages": [{"rate": 3, "duration": 4}]},
                 data={"type": "shared_prefix", "shared_prefix": {

@@ -194,11 +194,10 @@ class InferencePerf(Workload):
         if cap is None:
             cap = (cfg.load.num_workers or 0) * cfg.load.worker_max_concurrency
         release = StagedRelease(stage=stage, offset=np.concatenate(offsets),
-                                prev=np.asarray(prev, dtype=np.int64),
+                                prev=np.asarray(prev, dtype=np.int64), counts=tuple(counts),
                                 interval=cfg.load.interval, lead=LEAD_S, poll=POLL_S,
                                 max_concurrency=cap)
-        ends = [float(o[-1]) if len(o) else 0.0 for o in offsets]
-        origins = release.nominal_origins(ends)
+        origins = release.nominal_origins()
         arrival = np.concatenate([origins[k] + o for k, o in enumerate(offsets)])
         out = WorkloadArrays(arrival=arrival, prompt_len=prompt + p.special_tokens,
                              output_len=output, release=release)
