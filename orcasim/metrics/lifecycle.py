@@ -139,6 +139,8 @@ def write_lifecycle(result: VariantResult, out_dir: Path, seed: int) -> list[Pat
     written.append(p)
     for k, stage in enumerate(cfg.load.stages):
         idx = np.flatnonzero(rel.stage == k)
+        if idx.size == 0:  # inference-perf writes no file for a stage without requests
+            continue
         p = out_dir / f"stage_{k}_lifecycle_metrics.json"
         body = lifecycle_summary(cols, idx, qs, scheduled[idx], stage.rate)
         p.write_text(json.dumps(body, indent=2) + "\n")
