@@ -171,7 +171,10 @@ class ChainedSource(OpenLoopSource):
 
 def make_source(env: simpy.Environment, ctx: SchedulerContext, arrays: WorkloadArrays
                 ) -> OpenLoopSource:
-    """The source ``arrays`` needs: chained if some requests wait for others, else open-loop."""
+    """The source ``arrays`` needs: its own release rule (``arrays.release``), chained if
+    some requests wait for others, else open-loop."""
+    if arrays.release is not None:
+        return arrays.release.source(env, ctx, arrays)
     if arrays.after is not None and bool((arrays.after >= 0).any()):
         return ChainedSource(env, ctx, arrays)
     return OpenLoopSource(env, ctx, arrays)

@@ -67,8 +67,9 @@ def test_tensor_parallelism_splits_work_and_adds_all_reduces():
     plan = StepPlan(8, 8 * 512)
     a, b = one.breakdown(plan), four.breakdown(plan)
     assert b["memory"] == pytest.approx(a["memory"] / 2, rel=0.01)
-    # 2 all-reduces per layer of N x hidden x 2 bytes, ring volume 2 (tp-1)/tp
-    comm = 2 * 80 * 8 * 8192 * 2 * 2 * (3 / 4) / 150e9
+    # 2 all-reduces per layer of N x hidden x 2 bytes, ring volume 2 (tp-1)/tp, over
+    # NVLink 4 (450 GB/s one way) at the calibrated 75 % all-reduce efficiency
+    comm = 2 * 80 * 8 * 8192 * 2 * 2 * (3 / 4) / (450e9 * 0.75)
     assert b["comm"] == pytest.approx(comm, rel=1e-12)
     assert b["overhead"] == pytest.approx(2 * 80 * 5e-6)
     assert four.step_time(plan) == pytest.approx(

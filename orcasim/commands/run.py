@@ -90,6 +90,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Check everything, simulate the chosen variants, print the tables and write the files."""
     from orcasim.commands.preflight import check_scenario
+    from orcasim.metrics.lifecycle import write_workload_reports
     from orcasim.scenario import load_scenario
     from orcasim.simulation import simulate
 
@@ -108,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
     _print_results(res, args.steps)
     written = res.write(out, plots=not args.no_plots)
     written += write_metric_vocabularies(res, args, out)
+    written += write_workload_reports(res, out)
     print(f"\nwrote {len(written)} files to {out}/: {', '.join(p.name for p in written)}")
     return 0
 

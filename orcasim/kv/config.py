@@ -2,7 +2,13 @@
 
 KV bytes per token (per GPU) = 2 (K and V) x layers x KV heads / tp x head dim x dtype bytes.
 Blocks = floor((GPU memory x utilisation - weights / tp - activation reserve)
-/ (block_size x KV bytes per token)); or ``num_blocks`` given directly.
+/ (block_size x KV bytes per token)); or ``num_blocks`` given directly. This is
+vLLM's sizing: it gives the KV cache what is left of ``gpu_memory_utilization``
+of the device's memory after the weights and the peak activation and runtime
+memory it measures in a profiling forward pass; that last part is the
+``activation_reserve_gb`` here (0 unless given; docs/memory.md says how to
+estimate it). The model and GPU are presets, a ``config.json`` or inline
+(:mod:`orcasim.model_specs`).
 
 Reservation allocators (the vLLM paper's baselines) reserve, per request, a
 contiguous region when it starts:
@@ -25,11 +31,12 @@ never computed. That is its *footprint*; ``oracle`` reserves exactly it and
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from orcasim.hardware import GB, GPUS, MODELS, get_gpu, get_model
+from orcasim.hardware import GB, ModelSpec
+from orcasim.model_specs import GPURef, ModelRef, resolve_gpu, resolve_model
 from orcasim.params import ComponentParams
 from orcasim.workload.base import MAX_TOKENS_PER_REQUEST
 
@@ -50,8 +57,11 @@ class MemoryOptions(ComponentParams):
     block_size: int = Field(16, gt=0, le=MAX_BLOCK_SIZE, description="tokens per KV block")
     num_blocks: int | None = Field(None, gt=0, le=MAX_BLOCKS, description="KV blocks on the "
                                    "GPU (default: from model and gpu)")
-    model: str | None = Field(None, description="model preset (orcasim.hardware.MODELS)")
-    gpu: str | None = Field(None, description="GPU preset (orcasim.hardware.GPUS)")
+    model: ModelRef | None = Field(None, description="model: preset name or Hugging Face id "
+                                   "(orcasim.hardware.MODELS), config.json path, or inline "
+                                   "shape")
+    gpu: GPURef | None = Field(None, description="GPU: preset name (orcasim.hardware.GPUS) or "
+                               "inline figures")
     tp: int = Field(1, gt=0, le=1024, description="tensor-parallel GPUs: divide weights and "
                     "KV heads")
     gpu_memory_gb: float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False,
@@ -73,16 +83,16 @@ class MemoryOptions(ComponentParams):
 
     @field_validator("model")
     @classmethod
-    def _known_model(cls, v: str | None) -> str | None:
-        if v is not None and v not in MODELS:
-            raise ValueError(f"unknown model {v!r} (known: {', '.join(sorted(MODELS))})")
+    def _known_model(cls, v: Any) -> Any:
+        if v is not None:
+            resolve_model(v)
         return v
 
     @field_validator("gpu")
     @classmethod
-    def _known_gpu(cls, v: str | None) -> str | None:
-        if v is not None and v not in GPUS:
-            raise ValueError(f"unknown GPU {v!r} (known: {', '.join(sorted(GPUS))})")
+    def _known_gpu(cls, v: Any) -> Any:
+        if v is not None:
+            resolve_gpu(v)
         return v
 
     @model_validator(mode="after")
@@ -119,19 +129,19 @@ class MemoryLayout:
 
 
 def kv_blocks(
-    model: str, gpu_memory: float, *, tp: int = 1, block_size: int = 16,
+    model: str | ModelSpec, gpu_memory: float, *, tp: int = 1, block_size: int = 16,
     utilization: float = 0.9, activation_reserve: float = 0.0,
 ) -> int:
     """KV blocks per engine for ``model`` on GPUs of ``gpu_memory`` bytes (may be <= 0)."""
-    m = get_model(model)
+    m = resolve_model(model)
     free = gpu_memory * utilization - m.weight_bytes(tp) - activation_reserve
     return int(free // (block_size * m.kv_bytes_per_token(tp)))
 
 
 def resolve(opts: MemoryOptions) -> MemoryLayout:
     """The layout of ``opts``; ValueError if the model's weights leave no room for KV blocks."""
-    m = get_model(opts.model) if opts.model is not None else None
-    g = get_gpu(opts.gpu) if opts.gpu is not None else None
+    m = resolve_model(opts.model) if opts.model is not None else None
+    g = resolve_gpu(opts.gpu) if opts.gpu is not None else None
     bpt = opts.bytes_per_token
     if bpt is None and m is not None:
         bpt = m.kv_bytes_per_token(opts.tp)
@@ -140,7 +150,7 @@ def resolve(opts: MemoryOptions) -> MemoryLayout:
         assert m is not None
         mem = opts.gpu_memory_gb * GB if opts.gpu_memory_gb is not None else g.memory_bytes  # type: ignore[union-attr]
         num_blocks = kv_blocks(
-            m.name, mem, tp=opts.tp, block_size=opts.block_size,
+            m, mem, tp=opts.tp, block_size=opts.block_size,
             utilization=opts.gpu_memory_utilization,
             activation_reserve=opts.activation_reserve_gb * GB,
         )

@@ -21,10 +21,10 @@ import numpy as np
 from scipy import optimize, stats
 
 from orcasim.errors import OrcasimError
-from orcasim.hardware import GPUS, MODELS
 from orcasim.latency.linear import LinearLatency
 from orcasim.latency.measurements import Measurements
 from orcasim.latency.roofline import RooflineCost, RooflineParams
+from orcasim.model_specs import resolve_gpu, resolve_model
 
 
 @dataclass
@@ -113,12 +113,12 @@ def fit_roofline(meas: Measurements, model: str, gpu: str, tp: int = 1,
     intervals are mapped back through ``1/x``.
     """
     defaults = RooflineParams(model=model, gpu=gpu, tp=tp)
-    cost = RooflineCost(MODELS[model], GPUS[gpu], tp)
+    cost = RooflineCost(resolve_model(model), resolve_gpu(gpu), tp)
     g = cost.gpu
     terms = np.array([cost.terms(plan) for plan in meas.plans()])
     compute = terms[:, 0] / g.peak_flops  # seconds at 100 % efficiency
     memory = terms[:, 1] / g.hbm_bandwidth
-    fixed = terms[:, 2] / defaults.allreduce_bandwidth + \
+    fixed = terms[:, 2] / defaults.allreduce_rate(g) + \
         cost.num_allreduces * defaults.allreduce_latency
     y = meas.seconds
 
@@ -160,6 +160,8 @@ def fit_roofline(meas: Measurements, model: str, gpu: str, tp: int = 1,
     values = defaults.model_dump()
     values.update(compute_efficiency=float(1 / x[0]), bandwidth_efficiency=float(1 / x[1]),
                   overhead=float(x[2]))
+    if values.get("allreduce_bandwidth") is None:
+        values.pop("allreduce_bandwidth", None)
     return Fit("roofline", values, intervals, not_fitted, predict(x), y, confidence)
 
 

@@ -9,21 +9,29 @@ One step on ``tp`` tensor-parallel GPUs costs (docs/latency.md has the derivatio
     t_comm    = 2 * layers * N * hidden * dtype bytes * 2 (tp - 1) / tp / allreduce_bandwidth
                 + 2 * layers * allreduce_latency                        (tp > 1 only)
 
-with N the tokens computed in the step (prefill + decode). Attention FLOPs
-are ``4 * layers * heads * head_dim`` per (query token, context token) pair:
-a decode token attends to its whole context, a prefill chunk of ``n`` tokens
-after ``c`` cached ones to ``n*c + n(n+1)/2`` pairs (causal). KV bytes read
-are the context the step attends to (``plan.num_kv_tokens``), KV bytes
-written are the N new tokens. Activations, the LM head's logits and kernel
-launch gaps beyond ``overhead`` are ignored.
+with N the tokens computed in the step (prefill + decode). The per-token
+FLOPs are ``2 * active params``: every parameter for a dense model, the shared
+ones plus ``experts_per_token`` experts for a mixture of experts. Attention
+FLOPs are ``4 * layers * heads * head_dim`` per (query token, context token)
+pair: a decode token attends to its whole context, a prefill chunk of ``n``
+tokens after ``c`` cached ones to ``n*c + n(n+1)/2`` pairs (causal). Weight
+bytes are every weight of a dense model; an MoE step reads its shared weights
+and the experts its N tokens are expected to touch (``E (1 - (1 - k/E)^N)``
+per layer under uniform routing: ``k`` at one token, all ``E`` for large
+batches). KV bytes read are the context the step attends to
+(``plan.num_kv_tokens``), KV bytes written are the N new tokens. The
+all-reduce bandwidth defaults to the GPU's interconnect (NVLink or PCIe, one
+direction) times ``allreduce_efficiency``. Activations, the LM head's logits
+and kernel launch gaps beyond ``overhead`` are ignored.
 """
 
 from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from orcasim.hardware import GPUS, MODELS, GPUSpec, ModelSpec
+from orcasim.hardware import GPUSpec, ModelSpec
 from orcasim.latency.base import Coefficient, LatencyModel
+from orcasim.model_specs import GPURef, ModelRef, model_label, resolve_gpu, resolve_model
 from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
 from orcasim.registry import latency_models
@@ -32,13 +40,19 @@ from orcasim.registry import latency_models
 MIN_EFFICIENCY = 0.001
 #: the lowest all-reduce bandwidth, bytes/s
 MIN_ALLREDUCE_BANDWIDTH = 1e6
+#: achieved all-reduce bus bandwidth / the link's one-way bandwidth: NCCL all-reduce on 4 H100
+#: SXM over NVLink (Vidur's data/profiling/network/h100_dgx/all_reduce.csv, messages of 8 MB
+#: and more) moves 340 GB/s of its 450 GB/s (docs/latency.md, "Calibration")
+ALLREDUCE_EFFICIENCY = 0.75
 
 
 class RooflineParams(ComponentParams):
     """The hardware, the parallelism and the efficiencies of a roofline model."""
 
-    model: str = Field("llama-2-7b", description="model preset (orcasim.hardware.MODELS)")
-    gpu: str = Field("a100-80gb", description="GPU preset (orcasim.hardware.GPUS)")
+    model: ModelRef = Field("llama-2-7b", description="model: preset name or Hugging Face id "
+                            "(orcasim.hardware.MODELS), config.json path, or inline shape")
+    gpu: GPURef = Field("a100-80gb", description="GPU: preset name (orcasim.hardware.GPUS) or "
+                        "inline figures")
     tp: int = Field(1, ge=1, description="tensor-parallel GPUs")
     compute_efficiency: float = Field(0.6, ge=MIN_EFFICIENCY, le=1, description="achieved / "
                                       "peak FLOP/s, 0.001 to 1")
@@ -46,27 +60,34 @@ class RooflineParams(ComponentParams):
                                         "peak HBM bandwidth, 0.001 to 1")
     overhead: Coefficient = Field(0.001, description="fixed time per step, s (scheduling, "
                                   "sampling, launches; at most 3600)")
-    allreduce_bandwidth: float = Field(150e9, ge=MIN_ALLREDUCE_BANDWIDTH, allow_inf_nan=False,
-                                       description="all-reduce bus bandwidth per GPU, bytes/s "
-                                       "(tp > 1; at least 1e6)")
+    allreduce_bandwidth: float | None = Field(
+        None, ge=MIN_ALLREDUCE_BANDWIDTH, allow_inf_nan=False, description="all-reduce bus "
+        "bandwidth per GPU, bytes/s (tp > 1; at least 1e6; default: the GPU's interconnect x "
+        "allreduce_efficiency)")
+    allreduce_efficiency: float = Field(ALLREDUCE_EFFICIENCY, ge=MIN_EFFICIENCY, le=1,
+                                        description="achieved / one-way interconnect "
+                                        "bandwidth of an all-reduce, 0.001 to 1")
     allreduce_latency: Coefficient = Field(5e-6, description="fixed time per all-reduce, s "
                                            "(at most 3600)")
 
     @model_validator(mode="after")
     def _presets(self) -> RooflineParams:
-        if self.model not in MODELS:
-            raise ValueError(f"unknown model {self.model!r} (known: {', '.join(sorted(MODELS))})")
-        if self.gpu not in GPUS:
-            raise ValueError(f"unknown GPU {self.gpu!r} (known: {', '.join(sorted(GPUS))})")
-        m, g = MODELS[self.model], GPUS[self.gpu]
+        m, g = resolve_model(self.model), resolve_gpu(self.gpu)
+        name = model_label(self.model)
         if m.num_heads % self.tp:
             raise ValueError(f"tp ({self.tp}) must divide the {m.num_heads} attention heads "
-                             f"of {m.name}")
+                             f"of {name}")
         if m.weight_bytes(self.tp) >= g.memory_bytes:
-            raise ValueError(f"{m.name} needs {m.weight_bytes(self.tp) / 1e9:.1f} GB of weights "
+            raise ValueError(f"{name} needs {m.weight_bytes(self.tp) / 1e9:.1f} GB of weights "
                              f"per GPU at tp={self.tp}; a {g.name} has "
                              f"{g.memory_bytes / 1e9:.0f} GB")
         return self
+
+    def allreduce_rate(self, gpu: GPUSpec) -> float:
+        """The all-reduce bus bandwidth, bytes/s: given, or the interconnect's share."""
+        if self.allreduce_bandwidth is not None:
+            return self.allreduce_bandwidth
+        return gpu.interconnect_bandwidth * self.allreduce_efficiency
 
 
 class RooflineCost:
@@ -80,9 +101,10 @@ class RooflineCost:
         self.model = model
         self.gpu = gpu
         self.tp = tp
-        self.flops_per_token = 2.0 * model.num_params  # matmuls against the weights
+        self.flops_per_token = 2.0 * model.active_params  # matmuls against the weights
         self.attn_flops_per_pair = 4.0 * model.num_layers * model.num_heads * model.head_dim
-        self.weight_bytes = model.weight_bytes(tp)  # per GPU
+        self.weight_bytes = model.weight_bytes(tp)  # per GPU, every expert
+        self.moe = model.is_moe
         self.kv_bytes_per_token = model.kv_bytes_per_token(tp)  # per GPU
         self.allreduce_bytes_per_token = 2 * model.num_layers * model.hidden_size * \
             model.dtype_bytes * 2 * (tp - 1) / tp
@@ -113,7 +135,8 @@ class RooflineCost:
         tokens = plan.num_prefill_tokens + plan.num_decode_tokens
         flops = self.flops_per_token * tokens + self.attn_flops_per_pair * \
             self.attention_pairs(plan)
-        mem = self.weight_bytes + self.kv_bytes_per_token * (plan.num_kv_tokens + tokens)
+        weights = self.model.weight_bytes_read(tokens, self.tp) if self.moe else self.weight_bytes
+        mem = weights + self.kv_bytes_per_token * (plan.num_kv_tokens + tokens)
         return flops / self.tp, mem, self.allreduce_bytes_per_token * tokens
 
 
@@ -125,12 +148,12 @@ class RooflineLatency(LatencyModel):
 
     def __init__(self, params: RooflineParams) -> None:
         super().__init__(params)
-        self.cost = RooflineCost(MODELS[params.model], GPUS[params.gpu], params.tp)
+        self.cost = RooflineCost(resolve_model(params.model), resolve_gpu(params.gpu), params.tp)
         g = self.cost.gpu
         self.flops_rate = g.peak_flops * params.compute_efficiency
         self.byte_rate = g.hbm_bandwidth * params.bandwidth_efficiency
         self.fixed = params.overhead + self.cost.num_allreduces * params.allreduce_latency
-        self.allreduce_rate = params.allreduce_bandwidth
+        self.allreduce_rate = params.allreduce_rate(g)
 
     def breakdown(self, plan: StepPlan) -> dict[str, float]:
         """The step's compute, memory and communication times, s (before the max)."""

@@ -107,6 +107,12 @@ class WorkloadArrays:
     later (-1: an open-loop request, released at ``arrival``). Such a
     request's ``arrival`` is NaN until the run fixes it. A request comes
     after an earlier index, so the chains have no cycles.
+
+    A workload whose requests are sent by a rule of their own (load stages
+    that wait for each other: :mod:`orcasim.staged_source`) sets ``release``,
+    an object whose ``source(env, ctx, arrays)`` builds the SimPy source;
+    ``arrival`` then holds the earliest possible times, and the source records
+    the real ones.
     """
 
     arrival: np.ndarray
@@ -115,6 +121,7 @@ class WorkloadArrays:
     attrs: dict[str, Sequence[Any]] = field(default_factory=dict)
     after: np.ndarray | None = None
     think: np.ndarray | None = None
+    release: Any = None
 
     def __len__(self) -> int:
         return len(self.arrival)
