@@ -14,4 +14,5 @@ COMMANDS = [
     "orcasim.commands.compare",
     "orcasim.commands.report",
     "orcasim.commands.trace",
+    "orcasim.commands.serve",
 ]
