@@ -53,8 +53,8 @@ async def serving(server: SimServer, host: str = "127.0.0.1",
     try:
         yield server
     finally:
-        if server.sim is not None and not server.sim.join(0):
-            server.result = await server.stop()
+        if server.sim is not None and server.result is None:
+            await server.stop()
 
 
 async def serve_until_signal(server: SimServer, host: str, port: int,

@@ -96,8 +96,8 @@ class SimServer:
         self._registry.register(collector(self.sim.metrics, self.sim.snapshot, self.model))
         app = web.Application(client_max_size=MAX_BODY, middlewares=[self._errors])
         app.add_routes([
-            web.post("/v1/completions", lambda r: self._complete(r, chat=False)),
-            web.post("/v1/chat/completions", lambda r: self._complete(r, chat=True)),
+            web.post("/v1/completions", self._completions),
+            web.post("/v1/chat/completions", self._chat),
             web.get("/v1/models", self._models),
             web.get("/health", self._health),
             web.get("/metrics", self._metrics),
@@ -148,6 +148,12 @@ class SimServer:
             return _error(api.ApiError(err.status, err.reason))
         except api.ApiError as err:
             return _error(err)
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._complete(request, chat=False)
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._complete(request, chat=True)
 
     async def _models(self, request: web.Request) -> web.Response:
         return _json({"object": "list", "data": [

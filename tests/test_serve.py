@@ -1,0 +1,288 @@
+"""``orcasim serve``: real clients (the openai package, aiohttp) against the served engine.
+
+Every server binds 127.0.0.1 on a free port and serves a few requests; the
+steps are 10-30 ms so a test takes well under a second or two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+
+import numpy as np
+import pytest
+
+aiohttp = pytest.importorskip("aiohttp")
+openai = pytest.importorskip("openai")
+pytest.importorskip("prometheus_client")
+
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from orcasim.request import RequestState  # noqa: E402
+from orcasim.scenario import Scenario  # noqa: E402
+from orcasim.serve.run import make_server, serving  # noqa: E402
+from orcasim.simulation import run_variant  # noqa: E402
+from orcasim.workload.base import WorkloadArrays  # noqa: E402
+
+BASE = {
+    "name": "served",
+    "seed": 0,
+    "workload": {"type": "synthetic", "num_requests": 8, "arrival": {"type": "poisson",
+                 "rate": 10.0}, "prompt_len": {"type": "fixed", "value": 50},
+                 "output_len": {"type": "uniform", "low": 3, "high": 9}},
+    "engine": {"latency": {"type": "linear", "base": 0.01, "per_seq": 0.001,
+                           "per_token": 0.00001}},
+    "policy": {"type": "continuous", "max_batch": 4},
+}
+MEMORY = {**BASE, "memory": {"num_blocks": 64, "block_size": 16}}
+
+
+def config(raw: dict | None = None):
+    return Scenario(raw or BASE, "test").variants[0]
+
+
+def server_for(raw: dict | None = None, lengths=(5, 7, 4)):
+    return make_server(config(raw), seed=0, lengths=list(lengths), model="sim")
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 30))
+
+
+async def metrics_of(session, url) -> dict[str, float]:
+    """``name{labels}`` -> value of every sample of ``/metrics`` (labels without the model)."""
+    text = await (await session.get(url + "/metrics")).text()
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            labels = {k: v for k, v in s.labels.items() if k not in ("model_name", "engine")}
+            key = s.name + ("{" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())) + "}"
+                            if labels else "")
+            out[key] = s.value
+    return out
+
+
+def test_openai_client_plain_streaming_chat_and_models():
+    server = server_for(lengths=(5, 7, 4))
+
+    async def main():
+        async with serving(server) as s:
+            client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{s.port}/v1", api_key="x")
+            # the scenario's length (5) under max_tokens: stops on its own
+            r = await client.completions.create(model="sim", prompt="hello there", max_tokens=50)
+            assert r.choices[0].text == " token" * 5
+            assert r.choices[0].finish_reason == "stop"
+            assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (3, 5)
+            # ignore_eos: exactly max_tokens, although the scenario's next length is 7
+            r = await client.completions.create(model="sim", prompt=[1, 2, 3, 4], max_tokens=9,
+                                                extra_body={"ignore_eos": True})
+            assert r.usage.completion_tokens == 9 and r.usage.prompt_tokens == 4
+            assert r.choices[0].finish_reason == "length"
+            # a stream: one chunk per engine step, the usage last
+            stream = await client.chat.completions.create(
+                model="sim", messages=[{"role": "user", "content": "abcdefgh"}], stream=True,
+                max_tokens=3, stream_options={"include_usage": True})
+            chunks = [c async for c in stream]
+            assert [c.choices[0].delta.content for c in chunks[:-1]] == [" token"] * 3
+            assert chunks[0].choices[0].delta.role == "assistant"
+            assert [c.choices[0].finish_reason for c in chunks[:-1]] == [None, None, "length"]
+            assert chunks[-1].choices == []
+            assert (chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens) == (6, 3)
+            models = await client.models.list()
+            assert [m.id for m in models.data] == ["sim"]
+            await client.close()
+
+    run(main())
+    res = server.result
+    assert res is not None
+    cols = res.columns
+    assert cols["output_len"].tolist() == [5, 9, 3]
+    assert cols["prompt_len"].tolist() == [3, 4, 6]
+    assert (cols["state"] == RequestState.FINISHED).all()
+    assert res.summary["num_finished"] == 3
+
+
+def test_served_schedule_is_the_offline_schedule_and_clients_see_it():
+    """Replaying the served arrivals offline gives the same schedule bit for bit; the client's
+    TTFT and inter-token gaps exceed the simulated ones only by the HTTP overhead."""
+    server = server_for(lengths=(20,))
+    lengths = [12, 20, 8, 16, 10, 14, 18, 6, 12, 9]
+    seen: list[tuple[float, list[float]]] = []
+
+    async def one(client, n, delay):
+        await asyncio.sleep(delay)
+        t0 = time.perf_counter()
+        stream = await client.completions.create(
+            model="sim", prompt="x" * 40, max_tokens=n, stream=True,
+            extra_body={"ignore_eos": True})
+        times = [time.perf_counter() - t0 async for _ in stream]
+        seen.append((n, times))
+
+    async def main():
+        async with serving(server) as s:
+            client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{s.port}/v1", api_key="x")
+            await asyncio.gather(*(one(client, n, 0.03 * i) for i, n in enumerate(lengths)))
+            await client.close()
+
+    run(main())
+    served = server.result
+    cols = served.columns
+    assert sorted(cols["output_len"].tolist()) == sorted(lengths)
+    arrays = WorkloadArrays(cols["arrival"], cols["prompt_len"], cols["output_len"])
+    offline = run_variant(config(), arrays).columns
+    for key in ("first_scheduled", "first_token", "finish"):
+        assert np.array_equal(offline[key], cols[key]), key
+    # the client: TTFT and mean inter-token gap against the simulation, request by request
+    # (requests are matched by output length, which is unique here... except 12: by order)
+    sim = {}
+    for n, a, f, e in zip(cols["output_len"], cols["arrival"], cols["first_token"],
+                          cols["finish"], strict=True):
+        sim.setdefault(int(n), []).append((f - a, (e - f) / (n - 1)))
+    ttft_over, itl_over = [], []
+    for n, times in seen:
+        assert len(times) == n  # one chunk per engine step
+        candidates = sim[n]
+        ttft_sim, itl_sim = min(candidates, key=lambda c: abs(c[0] - times[0]))
+        ttft_over.append(times[0] - ttft_sim)
+        itl_over.append((times[-1] - times[0]) / (n - 1) - itl_sim)
+    overhead = float(np.median(ttft_over))
+    print(f"TTFT over simulated: median {overhead * 1e3:.2f} ms, max {max(ttft_over) * 1e3:.2f} ms; "
+          f"mean ITL over simulated: max |{max(abs(x) for x in itl_over) * 1e3:.2f}| ms")
+    # a first token cannot reach the client before the simulation emits it
+    assert min(ttft_over) > -0.002, ttft_over
+    # the HTTP overhead on this machine: a few ms; bounded loosely for a loaded CI machine
+    assert overhead < 0.05, ttft_over
+    assert max(abs(x) for x in itl_over) < 0.01, itl_over
+
+
+def test_disconnects_cancel_in_the_simulation_and_free_memory():
+    server = server_for(MEMORY, lengths=(500,))
+
+    async def main():
+        async with serving(server) as s:
+            url = f"http://127.0.0.1:{s.port}"
+            async with aiohttp.ClientSession() as session:
+                resp = await session.post(url + "/v1/completions", json={
+                    "prompt": "y" * 100, "max_tokens": 500, "ignore_eos": True, "stream": True})
+                got = 0
+                async for line in resp.content:
+                    got += line.startswith(b"data: ")
+                    if got == 3:
+                        break
+                resp.close()  # the client goes away mid-stream
+                # a plain request whose client gives up after 0.1 s
+                with pytest.raises(asyncio.TimeoutError):
+                    await session.post(url + "/v1/completions", json={
+                        "prompt": "z", "max_tokens": 500, "ignore_eos": True},
+                        timeout=aiohttp.ClientTimeout(total=0.1))
+                for _ in range(100):
+                    m = await metrics_of(session, url)
+                    if m.get("orcasim:requests_total{reason=client_disconnected,state=aborted}") \
+                            == 2:
+                        break
+                    await asyncio.sleep(0.02)
+                assert m["vllm:num_requests_running"] == 0
+                assert m["vllm:kv_cache_usage_perc"] == 0
+                assert m["vllm:num_requests_waiting"] == 0
+
+    run(main())
+    cols = server.result.columns
+    assert cols["state"].tolist() == [RequestState.ABORTED] * 2
+    assert cols["reason"] == ["client_disconnected"] * 2
+    assert 3 <= cols["num_output_tokens"][0] < 500
+    assert 1 <= cols["num_output_tokens"][1] < 500  # 0.1 s of 10 ms steps
+    assert server.result.summary["num_aborted"] == 2
+
+
+def test_errors_are_openai_json_with_their_statuses():
+    raw = {**BASE, "policy": {"type": "continuous", "max_batch": 1},
+           "admission": [{"type": "max_queue", "limit": 1}]}
+    server = server_for(raw)
+    bad = [
+        (b"{nope", 400, None),
+        (b"[1, 2]", 400, None),
+        (b"\xff\xfe", 400, None),
+        (json.dumps({"prompt": "a", "n": 2}).encode(), 400, "n"),
+        (json.dumps({"prompt": "a", "max_tokens": 0}).encode(), 400, "max_tokens"),
+        (json.dumps({"prompt": "a", "max_tokens": "9"}).encode(), 400, "max_tokens"),
+        (json.dumps({"prompt": "a", "stream_options": {"include_usage": True}}).encode(), 400,
+         "stream_options"),
+        (json.dumps({"prompt": ["a", "b"]}).encode(), 400, "prompt"),
+        (json.dumps({"prompt": ""}).encode(), 400, "prompt"),
+        (json.dumps({"model": "other", "prompt": "a"}).encode(), 404, "model"),
+        (json.dumps({"max_tokens": 3}).encode(), 400, "prompt"),
+    ]
+
+    async def main():
+        async with serving(server) as s:
+            url = f"http://127.0.0.1:{s.port}"
+            async with aiohttp.ClientSession() as session:
+                for body, status, param in bad:
+                    r = await session.post(url + "/v1/completions", data=body)
+                    err = (await r.json())["error"]
+                    assert (r.status, err["code"], err["param"]) == (status, status, param), body
+                    assert err["message"]
+                r = await session.post(url + "/v1/chat/completions", json={"messages": []})
+                assert r.status == 400
+                r = await session.get(url + "/v1/nothing")
+                assert r.status == 404 and "error" in await r.json()
+                # one runs, one waits, the third is turned away by admission control: 429
+                body = {"prompt": "a", "max_tokens": 30, "ignore_eos": True}
+                first = asyncio.ensure_future(session.post(url + "/v1/completions", json=body))
+                await asyncio.sleep(0.05)
+                second = asyncio.ensure_future(session.post(url + "/v1/completions", json=body))
+                await asyncio.sleep(0.05)
+                r = await session.post(url + "/v1/completions", json=body)
+                assert r.status == 429
+                assert "queue_full" in (await r.json())["error"]["message"]
+                assert (await first).status == 200 and (await second).status == 200
+                assert (await session.get(url + "/health")).status == 200
+                # stopping: new requests get 503
+                s.sim.stop()
+                r = await session.post(url + "/v1/completions", json=body)
+                assert r.status == 503
+                assert (await session.get(url + "/health")).status == 503
+
+    run(main())
+    cols = server.result.columns
+    assert cols["state"].tolist() == [RequestState.FINISHED, RequestState.FINISHED,
+                                      RequestState.REJECTED]
+    assert cols["reason"][2] == "queue_full"
+
+
+def test_metrics_count_what_was_served():
+    server = server_for(MEMORY, lengths=(4,))
+
+    async def main():
+        async with serving(server) as s:
+            url = f"http://127.0.0.1:{s.port}"
+            async with aiohttp.ClientSession() as session:
+                before = await metrics_of(session, url)
+                assert before["vllm:generation_tokens_total"] == 0
+                body = {"prompt": "q" * 40, "max_tokens": 6, "ignore_eos": True}
+                rs = await asyncio.gather(*(session.post(url + "/v1/completions", json=body)
+                                            for _ in range(3)))
+                assert [r.status for r in rs] == [200] * 3
+                r = await session.post(url + "/v1/completions", json={"prompt": "q" * 8})
+                assert r.status == 200
+                return await metrics_of(session, url)
+
+    m = run(main())
+    assert m["vllm:generation_tokens_total"] == 3 * 6 + 4
+    assert m["vllm:prompt_tokens_total"] == 3 * 10 + 2
+    assert m["vllm:request_success_total{finished_reason=length}"] == 3
+    assert m["vllm:request_success_total{finished_reason=stop}"] == 1
+    assert m["vllm:time_to_first_token_seconds_count"] == 4
+    assert m["vllm:e2e_request_latency_seconds_count"] == 4
+    assert m["vllm:inter_token_latency_seconds_count"] == 3 * 5 + 3
+    assert m["vllm:time_per_output_token_seconds_count"] == 3 * 5 + 3
+    assert m["vllm:num_requests_running"] == 0
+    assert m["vllm:num_preemptions_total"] == 0
+    assert m["orcasim:realtime_lag_seconds_count"] > 0
+    res = server.result
+    # the histograms hold the simulated latencies the results table holds
+    ttft = res.columns["first_token"] - res.columns["arrival"]
+    assert m["vllm:time_to_first_token_seconds_sum"] == pytest.approx(float(ttft.sum()))
+    assert math.isfinite(res.summary["ttft_p50"])
