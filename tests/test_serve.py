@@ -286,3 +286,108 @@ def test_metrics_count_what_was_served():
     ttft = res.columns["first_token"] - res.columns["arrival"]
     assert m["vllm:time_to_first_token_seconds_sum"] == pytest.approx(float(ttft.sum()))
     assert math.isfinite(res.summary["ttft_p50"])
+
+
+def test_cli_serves_until_sigint_then_writes_the_outputs(tmp_path):
+    """The command itself: port 0 printed, requests served, SIGINT aborts the one in flight
+    (its stream ends with a 503 error event) and the outputs are written."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(json.dumps(BASE))  # JSON is YAML
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orcasim", "serve", str(scenario), "--port", "0",
+         "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "MPLBACKEND": "Agg"})
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("serving 'served' (scenario served, variant continuous) on "), line
+        port = int(line.split("http://127.0.0.1:")[1].split()[0])
+
+        async def main():
+            url = f"http://127.0.0.1:{port}"
+            async with aiohttp.ClientSession() as session:
+                for _ in range(2):
+                    r = await session.post(url + "/v1/completions", json={"prompt": "abcd"})
+                    assert r.status == 200
+                resp = await session.post(url + "/v1/completions", json={
+                    "prompt": "abcd", "max_tokens": 10000, "ignore_eos": True, "stream": True})
+                assert resp.status == 200
+                await resp.content.readline()
+                proc.send_signal(signal.SIGINT)
+                events = [json.loads(ln[6:]) if ln != b"data: [DONE]\n" else "DONE"
+                          async for ln in resp.content if ln.startswith(b"data: ")]
+                assert events[-1] == "DONE"
+                assert events[-2]["error"]["code"] == 503
+                assert "shutdown" in events[-2]["error"]["message"]
+
+        run(main())
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr
+    assert "realtime_lag_p99" in stdout
+    import pandas as pd
+
+    files = {p.name for p in out.iterdir()}
+    assert "summary.json" in files and any(f.endswith(".png") for f in files), files
+    reqs = pd.read_csv(out / "requests.csv")
+    assert reqs["state"].tolist() == ["finished", "finished", "aborted"]
+    assert reqs["reason"].fillna("").tolist() == ["", "", "shutdown"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["variants"]["continuous"]["num_aborted"] == 1
+    assert summary["variants"]["continuous"]["realtime_lag_p99"] >= 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--port", "70000"], "a port must be in [0, 65535]"),
+    (["--variant", "nope"], "no variant 'nope'"),
+    (["--tokenizer", "/nonexistent/tokenizer.json"], "cannot read"),
+    (["--time-scale", "0"], "expected a number > 0"),
+])
+def test_cli_mistakes_are_one_line_errors(args, message, capsys):
+    from orcasim.cli import main
+
+    assert main(["serve", "seed_orca", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_cli_port_in_use_is_a_usage_error(capsys):
+    import socket
+
+    from orcasim.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "seed_orca", "--port", str(port), "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert f"--port {port}: cannot listen on 127.0.0.1:{port}" in err
+
+
+def test_prompt_tokens_from_a_tokenizer_file(tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import models, pre_tokenizers
+
+    from orcasim.commands.serve import token_counter
+
+    tok = tokenizers.Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    count = token_counter(path)
+    server = make_server(config(), seed=0, lengths=[2], model="sim", count=count)
+
+    async def main():
+        async with serving(server) as s, aiohttp.ClientSession() as session:
+            r = await session.post(f"http://127.0.0.1:{s.port}/v1/chat/completions", json={
+                "messages": [{"role": "user", "content": "a b c d e f g"}]})
+            return (await r.json())["usage"]
+
+    assert run(main()) == {"prompt_tokens": 7 + 4, "completion_tokens": 2, "total_tokens": 13}
