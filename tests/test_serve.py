@@ -148,7 +148,8 @@ def test_served_schedule_is_the_offline_schedule_and_clients_see_it():
         ttft_over.append(times[0] - ttft_sim)
         itl_over.append((times[-1] - times[0]) / (n - 1) - itl_sim)
     overhead = float(np.median(ttft_over))
-    print(f"TTFT over simulated: median {overhead * 1e3:.2f} ms, max {max(ttft_over) * 1e3:.2f} ms; "
+    print(f"TTFT over simulated: median {overhead * 1e3:.2f} ms, "
+          f"max {max(ttft_over) * 1e3:.2f} ms; "
           f"mean ITL over simulated: max |{max(abs(x) for x in itl_over) * 1e3:.2f}| ms")
     # a first token cannot reach the client before the simulation emits it
     assert min(ttft_over) > -0.002, ttft_over

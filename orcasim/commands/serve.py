@@ -16,6 +16,9 @@ from pathlib import Path
 from orcasim.commands.common import check_input_file, check_output_dir, non_negative_int, seed_arg
 from orcasim.errors import UsageError
 
+#: seconds a thread may hold the interpreter while another waits (Python's default: 0.005)
+SWITCH_INTERVAL = 0.0005
+
 
 def _port(text: str) -> int:
     value = non_negative_int(text)
@@ -110,6 +113,9 @@ def serve(args: argparse.Namespace) -> int:
         print(f"serving {model!r} (scenario {sc.name}, variant {name}) on "
               f"http://{args.host}:{s.port}  (Ctrl-C to stop)", flush=True)
 
+    # the simulation thread must get the interpreter soon after its timer expires, not after
+    # the default 5 ms the HTTP thread may hold it: that wait would be real-time lag
+    sys.setswitchinterval(SWITCH_INTERVAL)
     asyncio.run(serve_until_signal(server, args.host, args.port, ready))
     result = finish_result(server)
     res = Results(sc, {name: result}, seed=seed)
@@ -118,7 +124,7 @@ def serve(args: argparse.Namespace) -> int:
     keys = [m for m in [*TABLE_METRICS, "realtime_lag_p50", "realtime_lag_p99",
                         "realtime_lag_max"] if m in result.summary]
     print(res.table(keys))
-    written = res.write(out, plots=not args.no_plots)
+    written = res.write(out, plots=not args.no_plots and server.sim.num_submitted > 0)
     print(f"\nwrote {len(written)} files to {out}/: {', '.join(p.name for p in written)}")
     sys.stdout.flush()
     return 0
