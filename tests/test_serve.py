@@ -22,9 +22,8 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from orcasim.request import RequestState  # noqa: E402
 from orcasim.scenario import Scenario  # noqa: E402
+from orcasim.serve.replay import read_served, replay  # noqa: E402
 from orcasim.serve.run import make_server, serving  # noqa: E402
-from orcasim.simulation import run_variant  # noqa: E402
-from orcasim.workload.base import WorkloadArrays  # noqa: E402
 
 BASE = {
     "name": "served",
@@ -130,8 +129,7 @@ def test_served_schedule_is_the_offline_schedule_and_clients_see_it():
     served = server.result
     cols = served.columns
     assert sorted(cols["output_len"].tolist()) == sorted(lengths)
-    arrays = WorkloadArrays(cols["arrival"], cols["prompt_len"], cols["output_len"])
-    offline = run_variant(config(), arrays).columns
+    offline = replay(config(), cols).columns
     for key in ("first_scheduled", "first_token", "finish"):
         assert np.array_equal(offline[key], cols[key]), key
     # the client: TTFT and mean inter-token gap against the simulation, request by request
@@ -195,6 +193,11 @@ def test_disconnects_cancel_in_the_simulation_and_free_memory():
     assert 3 <= cols["num_output_tokens"][0] < 500
     assert 1 <= cols["num_output_tokens"][1] < 500  # 0.1 s of 10 ms steps
     assert server.result.summary["num_aborted"] == 2
+    # offline, the two clients give up when these went away: the same schedule
+    offline = replay(config(MEMORY), cols).columns
+    for key in ("state", "num_output_tokens", "first_token", "finish"):
+        assert np.array_equal(offline[key], cols[key]), key
+    assert offline["reason"] == ["client_timeout"] * 2
 
 
 def test_errors_are_openai_json_with_their_statuses():
@@ -339,6 +342,11 @@ def test_cli_serves_until_sigint_then_writes_the_outputs(tmp_path):
     reqs = pd.read_csv(out / "requests.csv")
     assert reqs["state"].tolist() == ["finished", "finished", "aborted"]
     assert reqs["reason"].fillna("").tolist() == ["", "", "shutdown"]
+    # the served run replayed offline from its table: the same schedule
+    served = read_served(out / "requests.csv")
+    offline = replay(config(), served).columns
+    for key in ("state", "first_token", "finish"):
+        assert np.array_equal(offline[key], served[key], equal_nan=key != "state"), key
     summary = json.loads((out / "summary.json").read_text())
     assert summary["variants"]["continuous"]["num_aborted"] == 1
     assert summary["variants"]["continuous"]["realtime_lag_p99"] >= 0
@@ -392,3 +400,25 @@ def test_prompt_tokens_from_a_tokenizer_file(tmp_path):
             return (await r.json())["usage"]
 
     assert run(main()) == {"prompt_tokens": 7 + 4, "completion_tokens": 2, "total_tokens": 13}
+
+
+def test_the_body_guidellm_sends():
+    """guidellm's openai_http backend streams with continuous usage stats, ``stop: null``
+    and ``ignore_eos``: every chunk carries the usage so far."""
+    server = server_for()
+    body = {"model": "sim", "prompt": "p" * 20, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+            "max_tokens": 4, "stop": None, "ignore_eos": True}
+
+    async def main():
+        async with serving(server) as s, aiohttp.ClientSession() as session:
+            r = await session.post(f"http://127.0.0.1:{s.port}/v1/completions", json=body)
+            return [ln[6:] async for ln in r.content if ln.startswith(b"data: ")]
+
+    events = run(main())
+    assert events[-1] == b"[DONE]\n"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert [c["usage"]["completion_tokens"] for c in chunks] == [1, 2, 3, 4, 4]
+    assert {c["usage"]["prompt_tokens"] for c in chunks} == {5}
+    assert "".join(c["choices"][0]["text"] for c in chunks[:-1]) == " token" * 4
+    assert chunks[-1]["choices"] == []

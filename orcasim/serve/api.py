@@ -66,6 +66,8 @@ class Completion:
     ignore_eos: bool
     stream: bool
     include_usage: bool
+    #: vLLM's ``stream_options.continuous_usage_stats``: usage so far in every chunk
+    continuous_usage: bool = False
 
     def output_len(self, drawn: int) -> int:
         """The tokens to generate, given the next length ``drawn`` from the scenario."""
@@ -181,13 +183,14 @@ def parse_request(raw: bytes, *, chat: bool, models: Sequence[str],
                        "simulated (n=1)", key)
     stream = _bool(body, "stream")
     opts = body.get("stream_options")
-    include_usage = False
+    include_usage = continuous_usage = False
     if opts is not None:
         if not stream:
             raise _bad("'stream_options' can only be given with 'stream': true", "stream_options")
         if not isinstance(opts, dict):
             raise _bad("'stream_options' must be an object", "stream_options")
         include_usage = _bool(opts, "include_usage")
+        continuous_usage = _bool(opts, "continuous_usage_stats")
     max_tokens = _int(body, "max_tokens", 1)
     if max_tokens is None:
         max_tokens = _int(body, "max_completion_tokens", 1)
@@ -208,7 +211,8 @@ def parse_request(raw: bytes, *, chat: bool, models: Sequence[str],
                    "prompt")
     return Completion(chat=chat, model=model, prompt_len=prompt_len, max_tokens=max_tokens,
                       min_tokens=min_tokens, ignore_eos=_bool(body, "ignore_eos"),
-                      stream=stream, include_usage=include_usage)
+                      stream=stream, include_usage=include_usage,
+                      continuous_usage=continuous_usage)
 
 
 # --- responses ---------------------------------------------------------------------------
@@ -234,8 +238,10 @@ def response_body(c: Completion, rid: str, created: int, prompt_len: int, tokens
 
 
 def chunk(c: Completion, rid: str, created: int, tokens: int,
-          finish_reason: str | None = None, first: bool = False) -> dict[str, Any]:
-    """A streamed chunk carrying ``tokens`` new tokens (and the finish reason on the last)."""
+          finish_reason: str | None = None, first: bool = False,
+          so_far: tuple[int, int] | None = None) -> dict[str, Any]:
+    """A streamed chunk carrying ``tokens`` new tokens (and the finish reason on the last);
+    ``so_far``: (prompt, generated) tokens for the usage of ``continuous_usage_stats``."""
     text = TOKEN_TEXT * tokens
     if c.chat:
         delta: dict[str, Any] = {"role": "assistant", "content": text} if first else \
@@ -246,7 +252,10 @@ def chunk(c: Completion, rid: str, created: int, tokens: int,
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
         obj = "text_completion"
-    return {"id": rid, "object": obj, "created": created, "model": c.model, "choices": [choice]}
+    out = {"id": rid, "object": obj, "created": created, "model": c.model, "choices": [choice]}
+    if so_far is not None:
+        out["usage"] = usage(*so_far)
+    return out
 
 
 def usage_chunk(c: Completion, rid: str, created: int, prompt_len: int,

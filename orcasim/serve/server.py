@@ -220,9 +220,10 @@ class SimServer:
             n, done = ticket.tokens, ticket.done
             if n > sent:
                 last = done and n == ticket.output_len and ticket.state == RequestState.FINISHED
+                so_far = (ticket.prompt_len, n) if c.continuous_usage else None
                 await resp.write(api.sse(api.chunk(
                     c, rid, created, n - sent, ticket.finish_reason if last else None,
-                    first=sent == 0)))
+                    first=sent == 0, so_far=so_far)))
                 sent = n
             if done:
                 break
