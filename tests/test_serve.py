@@ -422,3 +422,43 @@ def test_the_body_guidellm_sends():
     assert {c["usage"]["prompt_tokens"] for c in chunks} == {5}
     assert "".join(c["choices"][0]["text"] for c in chunks[:-1]) == " token" * 4
     assert chunks[-1]["choices"] == []
+
+
+@pytest.mark.parametrize("policy, memory, preempts", [
+    ({"type": "vllm-v1", "num_blocks": 12, "max_num_batched_tokens": 64, "max_num_seqs": 4},
+     None, True),
+    ({"type": "sarathi", "max_batch": 4}, None, False),
+    ({"type": "static", "max_batch": 3}, None, False),
+    ({"type": "continuous", "max_batch": 8}, {"num_blocks": 12, "block_size": 16}, True),
+])
+def test_every_kind_of_policy_streams_the_offline_schedule(policy, memory, preempts):
+    """Token policies (chunked prefill, preemption by recompute), batch-at-a-time, and
+    decode batches with KV preemption: each stream gets one chunk per emitting step and the
+    served schedule is the offline one."""
+    raw = {**BASE, "policy": policy, **({"memory": memory} if memory else {})}
+    server = server_for(raw)
+    sizes = [30, 12, 25, 8, 20, 16]
+    chunks: list[tuple[int, list[int]]] = []
+
+    async def one(session, url, n, delay):
+        await asyncio.sleep(delay)
+        r = await session.post(url + "/v1/completions", json={
+            "prompt": "w" * 160, "max_tokens": n, "ignore_eos": True, "stream": True})
+        assert r.status == 200
+        got = [json.loads(ln[6:]) async for ln in r.content if ln.startswith(b"data: {")]
+        chunks.append((n, [len(c["choices"][0]["text"]) // len(" token") for c in got]))
+
+    async def main():
+        async with serving(server) as s, aiohttp.ClientSession() as session:
+            url = f"http://127.0.0.1:{s.port}"
+            await asyncio.gather(*(one(session, url, n, 0.01 * i) for i, n in enumerate(sizes)))
+
+    run(main())
+    for n, per_chunk in chunks:
+        assert sum(per_chunk) == n and all(k >= 1 for k in per_chunk)
+    cols = server.result.columns
+    offline = replay(config(raw), cols)
+    for key in ("first_scheduled", "first_token", "finish", "num_preemptions"):
+        assert np.array_equal(offline.columns[key], cols[key]), key
+    assert offline.summary["num_preemptions"] == server.result.summary["num_preemptions"]
+    assert (server.result.summary["num_preemptions"] > 0) == preempts
