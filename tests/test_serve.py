@@ -462,3 +462,30 @@ def test_every_kind_of_policy_streams_the_offline_schedule(policy, memory, preem
         assert np.array_equal(offline.columns[key], cols[key]), key
     assert offline.summary["num_preemptions"] == server.result.summary["num_preemptions"]
     assert (server.result.summary["num_preemptions"] > 0) == preempts
+
+
+def test_a_failing_simulation_answers_500_and_never_leaves_a_client_waiting():
+    from orcasim.errors import SimulationError
+
+    server = server_for()
+    build = server._factory
+
+    def broken(notify):
+        sim = build(notify)
+        sim.model.latency.step_time = lambda plan: -1.0  # a latency model gone wrong
+        return sim
+
+    server._factory = broken
+
+    async def main():
+        async with serving(server) as s, aiohttp.ClientSession() as session:
+            url = f"http://127.0.0.1:{s.port}"
+            r = await session.post(url + "/v1/completions", json={"prompt": "a", "stream": True})
+            assert r.status == 500
+            assert (await r.json())["error"]["code"] == 500
+            r = await session.post(url + "/v1/completions", json={"prompt": "a"})
+            assert r.status == 503
+            assert (await session.get(url + "/health")).status == 503
+
+    with pytest.raises(SimulationError, match=r"returned a step time of -1\.0"):
+        run(main())

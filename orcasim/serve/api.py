@@ -40,7 +40,7 @@ class ApiError(Exception):
 
     TYPES: ClassVar[dict[int, str]] = {
         400: "invalid_request_error", 404: "not_found_error", 413: "invalid_request_error",
-        429: "rate_limit_error", 503: "service_unavailable"}
+        429: "rate_limit_error", 500: "internal_error", 503: "service_unavailable"}
 
     def __init__(self, status: int, message: str, param: str | None = None) -> None:
         super().__init__(message)

@@ -45,6 +45,8 @@ from orcasim.workload.base import WorkloadArrays
 CLIENT_DISCONNECTED = "client_disconnected"
 #: abort reason of the requests in flight when the server stops
 SHUTDOWN = "shutdown"
+#: abort reason of the requests in flight when the simulation fails
+SIMULATION_ERROR = "simulation_error"
 #: simulated events processed after a stop at most (a policy timer that never ends)
 MAX_EVENTS_AFTER_STOP = 1_000_000
 
@@ -193,8 +195,27 @@ class LiveSimulation:
             self.result = self._finish()
         except BaseException as err:  # reported by the caller after join()
             self.error = err
+            self._fail_in_flight()
         finally:
             self._stopped.set()
+
+    def _fail_in_flight(self) -> None:
+        """The simulation failed: end every request in flight (``simulation_error``) and
+        refuse new ones, so that no client waits for ever."""
+        self.stopping = True
+        failed = list(self._tickets.values())
+        self._tickets.clear()
+        for ticket in failed:
+            ticket.reason = SIMULATION_ERROR
+            ticket.state = RequestState.ABORTED
+        with self._cond:
+            queued = [t for kind, t in self._inbox if kind == "submit" and t is not None]
+            self._inbox.clear()
+        for ticket in queued:
+            ticket.reason = SIMULATION_ERROR
+            ticket.state = RequestState.ABORTED
+        if failed or queued:
+            self.notify(failed + queued)
 
     def _loop(self) -> None:
         env = self.env

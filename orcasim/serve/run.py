@@ -67,7 +67,10 @@ async def serve_until_signal(server: SimServer, host: str, port: int,
     try:
         async with serving(server, host, port):
             on_ready(server)
-            await stop.wait()
+            assert server.sim is not None
+            ended = loop.run_in_executor(None, server.sim.join)  # the simulation failed
+            await asyncio.wait([asyncio.ensure_future(stop.wait()), ended],
+                               return_when=asyncio.FIRST_COMPLETED)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)

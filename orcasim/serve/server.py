@@ -31,7 +31,7 @@ from aiohttp import web
 from orcasim.metrics.results import VariantResult
 from orcasim.request import RequestState
 from orcasim.serve import api
-from orcasim.serve.live import LiveSimulation, Ticket
+from orcasim.serve.live import SIMULATION_ERROR, LiveSimulation, Ticket
 
 #: rejection and abort reasons answered with 400 (the request can never run)
 TOO_LARGE = frozenset({"prompt_too_long", "exceeds_max_model_len", "exceeds_kv_capacity"})
@@ -44,6 +44,8 @@ MAX_BODY = 64 * 1024 * 1024
 def failure(ticket: Ticket) -> api.ApiError:
     """The error answering a rejected or aborted ``ticket``."""
     reason = ticket.reason or "rejected"
+    if reason == SIMULATION_ERROR:
+        return api.ApiError(500, "the simulated engine failed; see the server's output")
     if reason in TOO_LARGE:
         status = 400
     elif reason in UNAVAILABLE:
@@ -179,10 +181,10 @@ class SimServer:
     async def _complete(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         sim = self.sim
         assert sim is not None
-        if sim.stopping:
-            raise api.ApiError(503, "the server is stopping")
         raw = await request.read()
         c = api.parse_request(raw, chat=chat, models=[self.model], count=self.count)
+        if sim.stopping:  # checked with no await before the submit: none is submitted late
+            raise api.ApiError(503, "the server is stopping")
         out = c.output_len(self._draw_length())
         ticket = Ticket(c.prompt_len, out, asyncio.Event(), c.finish_reason(out))
         task = asyncio.current_task()
