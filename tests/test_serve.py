@@ -489,3 +489,16 @@ def test_a_failing_simulation_answers_500_and_never_leaves_a_client_waiting():
 
     with pytest.raises(SimulationError, match=r"returned a step time of -1\.0"):
         run(main())
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_the_chunk_template_writes_the_chunk_json_writes(chat):
+    from orcasim.serve import api
+
+    c = api.parse_request(json.dumps({"model": 'a " token\\x00', "messages": [
+        {"role": "user", "content": "x"}], "prompt": "x", "stream": True}).encode(),
+        chat=chat, models=['a " token\\x00'])
+    prefix, suffix = api.chunk_template(c, "id-1", 7)
+    for k in (1, 3):
+        assert prefix + api.TOKEN_TEXT.encode() * k + suffix == \
+            api.sse(api.chunk(c, "id-1", 7, k))

@@ -309,8 +309,10 @@ class LiveSimulation:
         if req.first_scheduled is not None:
             m.queue.observe(req.first_scheduled - req.arrival)
 
-    def _sync_tokens(self, ticket: Ticket, req: Request) -> None:
-        """Bring ``ticket.tokens`` up to what ``req`` has emitted; count new tokens."""
+    def _sync_tokens(self, ticket: Ticket, req: Request,
+                     itl: dict[float, int] | None = None) -> None:
+        """Bring ``ticket.tokens`` up to what ``req`` has emitted; count new tokens (their
+        inter-token gaps into ``itl``, gap -> tokens, when given)."""
         if req.state == RequestState.FINISHED:
             n = req.output_len
         elif self._batch is not None and req._batch_seq >= 0:
@@ -327,6 +329,9 @@ class LiveSimulation:
                 self.metrics.ttft.observe(first - ticket.arrival)
                 if new > 1:
                     self.metrics.itl.observe((now - first) / (new - 1), new - 1)
+            elif itl is not None:  # gathered over the step: most gaps are equal
+                gap = (now - ticket.last_token) / new
+                itl[gap] = itl.get(gap, 0) + new
             else:
                 self.metrics.itl.observe((now - ticket.last_token) / new, new)
             ticket.last_token = now
@@ -337,14 +342,19 @@ class LiveSimulation:
         """After a step: the running requests that emitted tokens."""
         tickets = self._tickets
         changed = self._changed
+        sync = self._sync_tokens
+        itl: dict[float, int] = {}
         for req in self._policy.running_requests():
             ticket = tickets.get(req.id)
             if ticket is None:
                 continue
             before = ticket.tokens
-            self._sync_tokens(ticket, req)
+            sync(ticket, req, itl)
             if ticket.tokens != before:
                 changed.append(ticket)
+        observe = self.metrics.itl.observe
+        for gap, n in itl.items():
+            observe(gap, n)
 
     def _finish(self) -> VariantResult:
         """After the stop: let the model settle (no real-time waits) and summarise it."""

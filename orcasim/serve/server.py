@@ -217,15 +217,20 @@ class SimServer:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-cache"})
         await resp.prepare(request)
+        prefix, suffix = api.chunk_template(c, rid, created)
+        token = api.TOKEN_TEXT.encode()
         sent = 0
         while True:
             n, done = ticket.tokens, ticket.done
             if n > sent:
                 last = done and n == ticket.output_len and ticket.state == RequestState.FINISHED
-                so_far = (ticket.prompt_len, n) if c.continuous_usage else None
-                await resp.write(api.sse(api.chunk(
-                    c, rid, created, n - sent, ticket.finish_reason if last else None,
-                    first=sent == 0, so_far=so_far)))
+                if sent and not last and not c.continuous_usage:
+                    await resp.write(prefix + token * (n - sent) + suffix)
+                else:
+                    so_far = (ticket.prompt_len, n) if c.continuous_usage else None
+                    await resp.write(api.sse(api.chunk(
+                        c, rid, created, n - sent, ticket.finish_reason if last else None,
+                        first=sent == 0, so_far=so_far)))
                 sent = n
             if done:
                 break
