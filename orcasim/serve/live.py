@@ -132,6 +132,7 @@ class LiveSimulation:
         self._inbox: deque[tuple[str, Ticket | None]] = deque()
         self._tickets: dict[int, Ticket] = {}  # request id -> ticket, while in flight
         self._changed: list[Ticket] = []
+        self._failed = False  # the thread died: nothing more is queued
         self._last_step_end = 0.0
         self.num_submitted = 0
         self.metrics = ServeMetrics()
@@ -181,8 +182,14 @@ class LiveSimulation:
 
     def _post(self, kind: str, ticket: Ticket | None) -> None:
         with self._cond:
-            self._inbox.append((kind, ticket))
-            self._cond.notify()
+            if not self._failed:
+                self._inbox.append((kind, ticket))
+                self._cond.notify()
+                return
+        if kind == "submit" and ticket is not None:  # the simulation has failed
+            ticket.reason = SIMULATION_ERROR
+            ticket.state = RequestState.ABORTED
+            self.notify([ticket])
 
     # -- the simulation thread ----------------------------------------------------------
     def _sim_now(self) -> float:
@@ -208,7 +215,8 @@ class LiveSimulation:
         for ticket in failed:
             ticket.reason = SIMULATION_ERROR
             ticket.state = RequestState.ABORTED
-        with self._cond:
+        with self._cond:  # later submissions fail at once (see _post)
+            self._failed = True
             queued = [t for kind, t in self._inbox if kind == "submit" and t is not None]
             self._inbox.clear()
         for ticket in queued:
