@@ -222,28 +222,29 @@ class SimServer:
         sent = 0
         while True:
             n, done = ticket.tokens, ticket.done
+            data = b""
             if n > sent:
                 last = done and n == ticket.output_len and ticket.state == RequestState.FINISHED
                 if sent and not last and not c.continuous_usage:
-                    await resp.write(prefix + token * (n - sent) + suffix)
+                    data = prefix + token * (n - sent) + suffix
                 else:
                     so_far = (ticket.prompt_len, n) if c.continuous_usage else None
-                    await resp.write(api.sse(api.chunk(
+                    data = api.sse(api.chunk(
                         c, rid, created, n - sent, ticket.finish_reason if last else None,
-                        first=sent == 0, so_far=so_far)))
+                        first=sent == 0, so_far=so_far))
                 sent = n
-            if done:
-                break
+            if done:  # the last events in one write
+                if ticket.state == RequestState.FINISHED:
+                    if c.include_usage:
+                        data += api.sse(api.usage_chunk(c, rid, created, ticket.prompt_len,
+                                                        sent))
+                else:
+                    data += api.sse(failure(ticket).body())
+                await resp.write_eof(data + api.sse("[DONE]"))
+                return resp
+            if data:
+                await resp.write(data)
             await _wait(ticket)
-        if ticket.state == RequestState.FINISHED:
-            if c.include_usage:
-                await resp.write(api.sse(api.usage_chunk(c, rid, created, ticket.prompt_len,
-                                                         sent)))
-        else:
-            await resp.write(api.sse(failure(ticket).body()))
-        await resp.write(api.sse("[DONE]"))
-        await resp.write_eof()
-        return resp
 
 
 async def _wait(ticket: Ticket) -> None:
