@@ -54,3 +54,63 @@ def test_the_shell_session_on_the_serve_page_runs(tmp_path):
     assert metric.startswith("vllm:generation_tokens_total{") and metric.endswith(" 16.0")
     assert (tmp_path / "served" / "requests.csv").exists()
     assert "realtime_lag_p99" in (tmp_path / "serve.log").read_text()
+
+
+def test_the_load_tool_comparison_script_runs_with_the_openai_client(monkeypatch, capsys):
+    """benchmarks/serve_vs_offline.py, as on the page but with 12 requests."""
+    import runpy
+
+    script = ROOT / "benchmarks" / "serve_vs_offline.py"
+    monkeypatch.setattr(sys, "argv", [str(script), "--client", "openai", "--rate", "20",
+                                      "--requests", "12", "--output-tokens", "16"])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_path(str(script), run_name="__main__")
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    rows = {tuple(line.split()[:2]): [float(x) for x in line.split()[2:]]
+            for line in out.splitlines() if line.startswith(("ttft ", "itl "))}
+    client, offline, diff = rows[("ttft", "median")]
+    assert 0 < diff < 50 and diff == pytest.approx(client - offline, abs=0.011)
+    assert abs(rows[("itl", "median")][2]) < 5
+
+
+def test_the_guidellm_comparison_says_when_guidellm_is_missing(monkeypatch, capsys):
+    import runpy
+    import shutil
+
+    if shutil.which("guidellm"):
+        pytest.skip("guidellm is installed")
+    script = ROOT / "benchmarks" / "serve_vs_offline.py"
+    monkeypatch.setattr(sys, "argv", [str(script), "--client", "guidellm"])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_path(str(script), run_name="__main__")
+    assert done.value.code == 2
+    assert "pip install guidellm" in capsys.readouterr().err
+
+
+def test_the_lag_benchmark_loads_run_against_a_served_engine():
+    """benchmarks/bench_serve.py's two loads (concurrent streams, a constant rate), small,
+    against an in-process server of the benchmark's scenario."""
+    import asyncio
+    import importlib.util
+
+    from orcasim.scenario import Scenario
+    from orcasim.serve.run import make_server, serving
+
+    spec = importlib.util.spec_from_file_location("bench_serve",
+                                                  ROOT / "benchmarks" / "bench_serve.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cfg = Scenario(bench.SCENARIO, "bench").variants[0]
+    server = make_server(cfg, seed=0, lengths=[16], model="bench_serve")
+
+    async def main():
+        async with serving(server) as s:
+            url = f"http://127.0.0.1:{s.port}"
+            return await bench.concurrent(url, 20, 5), await bench.constant_rate(url, 100, 0.2)
+
+    (ok, _), (ok_rate, n, _) = asyncio.run(main())
+    assert ok == 20 and (ok_rate, n) == (20, 20)
+    cols = server.result.columns
+    assert sorted(cols["output_len"].tolist()) == [5] * 20 + [16] * 20
+    assert server.result.summary["num_finished"] == 40
