@@ -5,6 +5,7 @@
     orcasim scenarios
     orcasim policies
     orcasim calibrate MEASUREMENTS.csv [--model linear|roofline]
+    orcasim serve [SCENARIO] [--host 127.0.0.1] [--port 8000]
 
 Every subcommand also takes ``--import FILE_OR_MODULE`` (repeatable): a
 plugin, a ``.py`` file or an importable module whose decorators register

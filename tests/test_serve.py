@@ -502,3 +502,23 @@ def test_the_chunk_template_writes_the_chunk_json_writes(chat):
     for k in (1, 3):
         assert prefix + api.TOKEN_TEXT.encode() * k + suffix == \
             api.sse(api.chunk(c, "id-1", 7, k))
+
+
+def test_time_scale_runs_the_simulated_clock_faster_than_the_wall_clock():
+    cfg = config()
+    server = make_server(cfg, seed=0, lengths=[40], model="sim", factor=0.25)
+
+    async def main():
+        async with serving(server) as s, aiohttp.ClientSession() as session:
+            t0 = time.perf_counter()
+            r = await session.post(f"http://127.0.0.1:{s.port}/v1/completions",
+                                   json={"prompt": "a", "max_tokens": 40, "ignore_eos": True})
+            assert r.status == 200
+            return time.perf_counter() - t0
+
+    wall = run(main())
+    cols = server.result.columns
+    simulated = float(cols["finish"][0] - cols["arrival"][0])
+    # 40 steps of one sequence reading 1, 2, ... 40 KV tokens: 40 x 11 ms + 820 x 10 us
+    assert simulated == pytest.approx(40 * 0.011 + 820 * 0.00001, rel=1e-9)
+    assert simulated / 4 <= wall < simulated * 0.75
