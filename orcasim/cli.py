@@ -6,6 +6,7 @@
     orcasim policies
     orcasim calibrate MEASUREMENTS.csv [--model linear|roofline]
     orcasim replay-vllm RUN_DIR --workload W.jsonl --profiles DIR --out OUT
+    orcasim serve [SCENARIO] [--host 127.0.0.1] [--port 8000]
 
 Every subcommand also takes ``--import FILE_OR_MODULE`` (repeatable): a
 plugin, a ``.py`` file or an importable module whose decorators register

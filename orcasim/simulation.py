@@ -64,9 +64,16 @@ def run_variant(
         arrays = replace(arrays, arrival=cfg.frontend.engine_arrivals(arrays.arrival,
                                                                       arrays.prompt_len))
     m = build_model(cfg, arrays, trace_steps=trace_steps, seed=seed)
+    m.env.run()
+    return variant_result(cfg, m, len(arrays), trace_steps=trace_steps)
+
+
+def variant_result(cfg: VariantConfig, m: Model, num_requests: int, *,
+                   trace_steps: bool = False) -> VariantResult:
+    """The results of ``m``, a model of ``cfg`` that has run to its end with ``num_requests``
+    requests: conservation checked, then summarised (also used by ``orcasim serve``)."""
     env, ctx, rec, engine, policy = m.env, m.ctx, m.recorder, m.engine, m.policy
-    env.run()
-    check_conservation(cfg, ctx, rec, len(arrays), env.now, engine)
+    check_conservation(cfg, ctx, rec, num_requests, env.now, engine)
     cols = rec.request_columns()
     itl = rec.itl_samples()
     slo = cfg.metrics.slo.model_dump() if cfg.metrics.slo is not None else None
@@ -117,15 +124,18 @@ def build_model(
     *,
     trace_steps: bool = False,
     seed: int | None = None,
+    env: simpy.Environment | None = None,
 ) -> Model:
     """Build ``cfg``'s model on ``arrays``: KV memory, policy, clients, latency, admission,
     source, engine and scenario events, in that order.
 
     A configuration mistake is a :class:`ScenarioError` naming its section
     (``memory``, ``policy``, ``clients``, ``engine.latency``, ``admission.N``).
-    ``orcasim validate`` builds the same model without running it.
+    ``orcasim validate`` builds the same model without running it. ``env``: the
+    environment to build in (default a new :class:`simpy.Environment`; ``orcasim serve``
+    passes a real-time one).
     """
-    env = simpy.Environment()
+    env = simpy.Environment() if env is None else env
     rec = Recorder(trace_steps=trace_steps, series_capacity=cfg.output.series_capacity)
     ctx = SchedulerContext(env, rec, seed=cfg.seed if seed is None else seed)
     if cfg.memory is not None:

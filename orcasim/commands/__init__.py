@@ -15,4 +15,5 @@ COMMANDS = [
     "orcasim.commands.report",
     "orcasim.commands.trace",
     "orcasim.commands.replay",
+    "orcasim.commands.serve",
 ]
