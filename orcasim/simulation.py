@@ -65,13 +65,17 @@ def run_variant(
                                                                       arrays.prompt_len))
     m = build_model(cfg, arrays, trace_steps=trace_steps, seed=seed)
     m.env.run()
-    return variant_result(cfg, m, len(arrays), trace_steps=trace_steps)
+    return variant_result(cfg, m, len(arrays), trace_steps=trace_steps,
+                          client_arrival=client_arrival)
 
 
 def variant_result(cfg: VariantConfig, m: Model, num_requests: int, *,
-                   trace_steps: bool = False) -> VariantResult:
+                   trace_steps: bool = False,
+                   client_arrival: np.ndarray | None = None) -> VariantResult:
     """The results of ``m``, a model of ``cfg`` that has run to its end with ``num_requests``
-    requests: conservation checked, then summarised (also used by ``orcasim serve``)."""
+    requests: conservation checked, then summarised (also used by ``orcasim serve``).
+    ``client_arrival``: when the front end is modelled, each request's arrival at the API
+    server (the engine's arrivals are later), for the client-side latencies."""
     env, ctx, rec, engine, policy = m.env, m.ctx, m.recorder, m.engine, m.policy
     check_conservation(cfg, ctx, rec, num_requests, env.now, engine)
     cols = rec.request_columns()
