@@ -166,9 +166,12 @@ def spec_from_hf_config(path: str | Path) -> ModelSpec:
     field.
     """
     p = Path(path)
-    if p.is_dir():
-        p = p / "config.json"
-    return _read_hf_config(str(p.resolve()), p.stat().st_mtime_ns if p.exists() else 0)
+    try:
+        if p.is_dir():
+            p = p / "config.json"
+        return _read_hf_config(str(p.resolve()), p.stat().st_mtime_ns if p.exists() else 0)
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read the model config ({e.strerror})") from None
 
 
 @functools.lru_cache(maxsize=32)
@@ -220,9 +223,17 @@ def resolve_model(ref: str | InlineModel | ModelSpec) -> ModelSpec:
     try:
         return get_model(ref)
     except KeyError as e:
-        if ref.endswith(".json") or Path(ref).is_dir():
+        if ref.endswith(".json") or _is_dir(ref):
             return spec_from_hf_config(ref)
         raise ValueError(e.args[0]) from None
+
+
+def _is_dir(ref: str) -> bool:
+    """Whether ``ref`` names a directory; False for names no file system accepts."""
+    try:
+        return Path(ref).is_dir()
+    except (OSError, ValueError):
+        return False
 
 
 def resolve_gpu(ref: str | InlineGPU | GPUSpec) -> GPUSpec:

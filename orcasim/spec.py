@@ -121,7 +121,7 @@ def _format_error(e: Any, prefix: str, model: type[BaseModel] | None) -> tuple[s
         return field, f"unknown field (did you mean {hint!r}?)" if hint else "unknown field"
     if kind == "missing":
         return field, "required field is missing"
-    msg = e["msg"]
+    msg = e["msg"].removeprefix("Value error, ")
     if "input" in e and not isinstance(e["input"], dict):
         msg = f"{msg} (got {short_repr(e['input'])})"
     return field, msg

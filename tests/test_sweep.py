@@ -169,7 +169,7 @@ def test_sweep_section_of_a_scenario_file(tmp_path):
     bad.write_text(text + "sweep:\n  grid:\n    workload.num_requests: []\n")
     with pytest.raises(orcasim.ScenarioError) as err:
         orcasim.load_scenario(bad)
-    assert str(err.value) == (f"{bad}: sweep.grid: Value error, workload.num_requests: "
+    assert str(err.value) == (f"{bad}: sweep.grid: workload.num_requests: "
                               "needs at least one value")
 
 

@@ -95,7 +95,7 @@ def test_simulated_time_equals_the_step_clock_when_no_step_is_empty():
 def test_parameters_follow_vllms_config_rules():
     with pytest.raises(ScenarioError) as err:
         run(TINY, enable_chunked_prefill=False, max_num_batched_tokens=512)
-    assert str(err.value) == ("<scenario>: policy: Value error, without chunked prefill, "
+    assert str(err.value) == ("<scenario>: policy: without chunked prefill, "
                               "max_num_batched_tokens (512) must be >= max_model_len (8192)")
     with pytest.raises(ScenarioError) as err:
         run(TINY, policy="lifo")

@@ -21,7 +21,7 @@ def test_off_by_default_and_validated():
     assert "window_start_s" not in orcasim.simulate().summary["continuous"]
     with pytest.raises(orcasim.ScenarioError) as err:
         orcasim.load_scenario(overrides=["metrics.warmup=0.6", "metrics.cooldown=0.4"])
-    assert str(err.value) == ("seed_orca.yaml: metrics: Value error, warmup + cooldown must be "
+    assert str(err.value) == ("seed_orca.yaml: metrics: warmup + cooldown must be "
                               "< 1 (fractions of the arrival span)")
 
 
