@@ -220,9 +220,17 @@ def resolve_model(ref: str | InlineModel | ModelSpec) -> ModelSpec:
     try:
         return get_model(ref)
     except KeyError as e:
-        if ref.endswith(".json") or Path(ref).is_dir():
+        if ref.endswith(".json") or _is_dir(ref):
             return spec_from_hf_config(ref)
         raise ValueError(e.args[0]) from None
+
+
+def _is_dir(name: str) -> bool:
+    """Whether ``name`` is a directory; False for a name the system cannot look up (too long)."""
+    try:
+        return Path(name).is_dir()
+    except OSError:
+        return False
 
 
 def resolve_gpu(ref: str | InlineGPU | GPUSpec) -> GPUSpec:

@@ -271,3 +271,41 @@ def test_replay_scenario_of_a_moe_run_builds_the_profile_model(tmp_path):
     meta["engine_kwargs"]["enforce_eager"] = True
     eager = build_scenario(meta, "meta.json", tmp_path / "w.jsonl", profiles=profiles)
     assert "cudagraph_capture_sizes" not in eager["engine"]["latency"]
+
+
+def doc_block(marker: str) -> dict:
+    """The first fenced block after ``marker`` in docs/latency.md, as YAML."""
+    import re
+
+    import yaml
+
+    text = (ROOT / "docs" / "latency.md").read_text().split(marker, 1)[1]
+    return yaml.safe_load(re.search(r"```\n(.*?)```", text, re.S).group(1))
+
+
+def build(spec: dict):
+    return build_spec(latency_models, spec, "engine.latency").create()
+
+
+def test_the_latency_page_moe_and_vidur_examples_run(tmp_path):
+    moe = doc_block("**Mixture of experts.**")["engine"]["latency"]
+    assert moe["dir"].endswith("Qwen3-30B-A3B-Instruct-2507/bf16")
+    directory = write_moe_profile(tmp_path / "moe")
+    m = build({**moe, "dir": str(directory), "num_experts": 4, "experts_per_token": 2})
+    assert m.step_time(orcasim.StepPlan(8, 8 * 512)) > 0
+    if REAL.is_dir():
+        real = build({**moe, "dir": str(REAL / "Qwen" / "Qwen3-30B-A3B-Instruct-2507" / "bf16")})
+        assert real.moe is not None
+    vidur = doc_block("**Vidur's profiles.**")["engine"]["latency"]
+    assert vidur["format"] == "vidur"
+    m = build({**vidur, "dir": str(write_vidur(tmp_path / "vidur"))})
+    assert m.step_time(orcasim.StepPlan(8, 8 * 512)) > 0
+
+
+def test_a_name_too_long_for_the_file_system_is_an_unknown_profile_or_model():
+    from orcasim.model_specs import resolve_model
+
+    with pytest.raises(ScenarioError, match="profile directory not found"):
+        model("y" * 400)
+    with pytest.raises(ValueError, match="unknown model"):
+        resolve_model("x" * 400)

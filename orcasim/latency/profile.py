@@ -102,15 +102,23 @@ BUILTIN_PROFILES = Path(__file__).resolve().parent.parent / "data" / "profiles"
 def find_profile(name: str) -> Path:
     """A profile directory: ``name`` as a path, else a built-in profile of that name."""
     directory = Path(name).expanduser()
-    if directory.is_dir():
+    if _is_dir(directory):
         return directory.resolve()
     builtin = BUILTIN_PROFILES / name
-    if builtin.is_dir() and (builtin / "meta.yaml").is_file():
+    if _is_dir(builtin) and (builtin / "meta.yaml").is_file():
         return builtin.resolve()
     known = sorted(str(m.parent.relative_to(BUILTIN_PROFILES))
                    for m in BUILTIN_PROFILES.glob("**/meta.yaml"))
     raise ScenarioError("engine.latency.dir", "profile directory not found (built-in: "
                         f"{', '.join(known) or 'none'})", name)
+
+
+def _is_dir(path: Path) -> bool:
+    """Whether ``path`` is a directory; False for a name the system cannot look up (too long)."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
 
 
 def read_meta(directory: Path) -> dict:
