@@ -71,10 +71,12 @@ def test_mixed_plan_from_scheduled_pairs(tmp_path):
     scheduled = [(req(200, 300, 0), 50), (req(0, 30, 0), 30),
                  (req(400, 401, 3), 1), (req(600, 601, 5), 1)]
     plan = orcasim.StepPlan(4, 1200, 80, 2, scheduled)
-    # one chunk of 80 tokens at mean context (50*200 + 30*0)/80 = 125; 2 decodes at 500
-    assert m.attention_inputs(plan) == (80.0, 125.0, 2.0, 500.0)
-    att = attention_us(80, 125, 2, 500)
-    assert att == pytest.approx(16)
+    # one chunk of 80 tokens keeping the query-key pairs of both:
+    # 50 * (200 + 25) + 30 * (0 + 15) = 11700 = 80 * (K + 40), K = 106.25 (the
+    # token-weighted mean 125 would count 50 * 30 pairs across the two requests)
+    assert m.attention_inputs(plan) == (80.0, 106.25, 2.0, 500.0)
+    att = attention_us(80, 106.25, 2, 500)
+    assert att == pytest.approx(15.85)
     mlp = 10 + 2 * 81
     assert m.step_time(plan) == pytest.approx((2 * (mlp + att) + 1 + 130) * 1e-6 + 0.001,
                                               rel=1e-12)

@@ -12,18 +12,26 @@ the times of one decoder layer's operators, measured on the GPU:
 - ``per_sequence.csv`` (layer, sequences, time_us): once-per-step work that
   scales with the sequences (lm_head, sampler).
 
-A step takes::
+A mixture-of-experts model's folder also holds ``moe.csv`` (tokens,
+activated_experts, time_us): the MoE block in place of the dense MLP
+(:mod:`orcasim.latency.profile_moe`). A step takes::
 
-    num_layers * (sum of per-layer dense ops(tokens) + attention(step))
-      + sum of per-step dense ops(tokens) + sum of per-sequence ops(num_seqs)
+    num_layers * (sum of per-layer dense ops(T) + attention(step) + moe(T))
+      + sum of per-step dense ops(T) + sum of per-sequence ops(num_seqs)
       + overhead_s + 2 * num_layers * all-reduce(tokens)   (tp > 1)
 
 where the per-step dense operators (``embedding`` and ``final_layernorm`` by
 default) run once per forward pass, not once per layer, and ``layernorm``
-runs twice per layer. ``skew_fit.csv`` corrects decode batches with skewed
-context lengths (:mod:`orcasim.latency.skew`). A profile with ``moe.csv`` (a
-mixture-of-experts model) is refused: the number of experts a step activates
-is not known from the plan.
+runs twice per layer. ``T`` is the step's token count, padded up to the next
+``cudagraph_capture_sizes`` entry when it is at most the largest one: vLLM
+replays a CUDA graph captured for that many tokens, so the dense operators
+(and the MoE block) compute on the padding too, while attention, the lm_head
+and the sampler run on the real requests. ``skew_fit.csv`` corrects decode
+batches with skewed context lengths (:mod:`orcasim.latency.skew`).
+
+``format: vidur`` (detected when the directory holds ``mlp.csv`` and
+``attention.csv``) reads Vidur's compute profiles instead
+(:mod:`orcasim.latency.profile_vidur`).
 
 Interpolation is linear between grid points in every dimension, and linear
 from the last two grid points beyond the grid (``extrapolate: clamp`` holds the
@@ -40,13 +48,12 @@ model instance built from them.
 
 from __future__ import annotations
 
-import csv
 import functools
 import math
-from bisect import bisect_right
+from bisect import bisect_left
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Union
+from typing import Literal
 
 import numpy as np
 import yaml
@@ -54,6 +61,15 @@ from pydantic import Field
 
 from orcasim.errors import OrcasimError, ScenarioError
 from orcasim.latency.base import Coefficient, LatencyModel
+from orcasim.latency.profile_moe import MoeTable, Routing, moe_file
+from orcasim.latency.profile_tables import (  # noqa: F401  (re-exported)
+    Curve,
+    build_nested,
+    eval_nested,
+    read_table,
+    summed_curves,
+)
+from orcasim.latency.profile_vidur import is_vidur, load_vidur
 from orcasim.latency.skew import SkewFit, load_skew_fit
 from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
@@ -63,103 +79,6 @@ from orcasim.registry import latency_models
 DENSE = (("layer",), ("tokens", "time_us"))
 PER_SEQUENCE = (("layer",), ("sequences", "time_us"))
 ATTENTION = ((), ("prefill_chunk", "kv_prefill", "n_decode", "kv_decode", "time_us"))
-
-
-def read_table(path: Path, text: tuple[str, ...], numeric: tuple[str, ...]
-               ) -> dict[str, np.ndarray]:
-    """The named columns of CSV ``path``: text columns as strings, the others as floats.
-
-    Raises a one-line :class:`ScenarioError` naming the file and the column
-    for a missing file, a missing column or a cell that is not a finite number.
-    """
-    cols = (*text, *numeric)
-    if not path.is_file():
-        raise ScenarioError(", ".join(cols), "profile file not found", str(path))
-    with path.open(newline="") as f:
-        rows = list(csv.reader(f))
-    header = [h.strip() for h in rows[0]] if rows else []
-    for c in cols:
-        if c not in header:
-            raise ScenarioError(c, "column missing from the profile file", str(path))
-    out: dict[str, np.ndarray] = {}
-    for c in text:
-        j = header.index(c)
-        out[c] = np.array([r[j].strip() if j < len(r) else "" for r in rows[1:]])
-    for c in numeric:
-        out[c] = _numeric_column(path, c, header.index(c), rows[1:])
-    return out
-
-
-def _numeric_column(path: Path, name: str, j: int, rows: list[list[str]]) -> np.ndarray:
-    """Column ``j`` of ``rows`` as floats; a blank, non-numeric or negative cell is an error."""
-    values = np.empty(len(rows))
-    for i, r in enumerate(rows):
-        cell = r[j].strip() if j < len(r) else ""
-        try:
-            v = float(cell)
-        except ValueError:
-            v = math.nan
-        if not (math.isfinite(v) and v >= 0):
-            raise ScenarioError(name, f"line {i + 2}: {cell!r} is not a number >= 0", str(path))
-        values[i] = v
-    if not len(rows):
-        raise ScenarioError(name, "the profile file has no rows", str(path))
-    return values
-
-
-class Curve:
-    """Piecewise-linear function of one input, from measured points (repeats averaged)."""
-
-    def __init__(self, x: np.ndarray, y: np.ndarray, clamp: bool) -> None:
-        xs, inverse = np.unique(x, return_inverse=True)
-        ys = np.bincount(inverse, weights=y) / np.bincount(inverse)
-        self.xs: list[float] = xs.tolist()
-        self.ys: list[float] = ys.tolist()
-        self.clamp = clamp
-
-    def __call__(self, v: float) -> float:
-        xs, ys = self.xs, self.ys
-        if len(xs) == 1:
-            return ys[0]
-        i = min(max(bisect_right(xs, v) - 1, 0), len(xs) - 2)
-        f = (v - xs[i]) / (xs[i + 1] - xs[i])
-        if self.clamp:
-            f = min(max(f, 0.0), 1.0)
-        return ys[i] + f * (ys[i + 1] - ys[i])
-
-
-#: a node of the nested attention table: (sorted axis values, one child per value)
-Node = tuple[list[float], list[Union["Node", float]]]
-
-
-def build_nested(keys: np.ndarray, y: np.ndarray) -> Node | float:
-    """A tree over the columns of ``keys``: one level per column, leaves the mean of ``y``."""
-    if keys.shape[1] == 0:
-        return float(y.mean())
-    order = np.argsort(keys[:, 0], kind="stable")
-    keys, y = keys[order], y[order]
-    values, starts = np.unique(keys[:, 0], return_index=True)
-    ends = [*starts[1:].tolist(), len(y)]
-    children = [build_nested(keys[s:e, 1:], y[s:e]) for s, e in zip(starts, ends, strict=True)]
-    return values.tolist(), children
-
-
-def eval_nested(node: Node | float, point: tuple[float, ...], clamp: bool) -> float:
-    """Axis-by-axis linear interpolation of a :func:`build_nested` tree at ``point``."""
-    if not isinstance(node, tuple):
-        return node
-    xs, children = node
-    rest = point[1:]
-    if len(xs) == 1:
-        return eval_nested(children[0], rest, clamp)
-    v = point[0]
-    i = min(max(bisect_right(xs, v) - 1, 0), len(xs) - 2)
-    f = (v - xs[i]) / (xs[i + 1] - xs[i])
-    if clamp:
-        f = min(max(f, 0.0), 1.0)
-    a = eval_nested(children[i], rest, clamp) if f != 1.0 else 0.0
-    b = eval_nested(children[i + 1], rest, clamp) if f != 0.0 else 0.0
-    return a + f * (b - a)
 
 
 @dataclass(frozen=True)
@@ -172,6 +91,8 @@ class Profile:
     per_sequence: dict[str, np.ndarray]
     attention: dict[str, np.ndarray]
     skew: SkewFit | None = None
+    moe: Path | None = None
+    moe_scale: float = 1.0
 
 
 #: profiles shipped with orcasim (see orcasim/data/profiles/README.md)
@@ -181,15 +102,23 @@ BUILTIN_PROFILES = Path(__file__).resolve().parent.parent / "data" / "profiles"
 def find_profile(name: str) -> Path:
     """A profile directory: ``name`` as a path, else a built-in profile of that name."""
     directory = Path(name).expanduser()
-    if directory.is_dir():
+    if _is_dir(directory):
         return directory.resolve()
     builtin = BUILTIN_PROFILES / name
-    if builtin.is_dir() and (builtin / "meta.yaml").is_file():
+    if _is_dir(builtin) and (builtin / "meta.yaml").is_file():
         return builtin.resolve()
     known = sorted(str(m.parent.relative_to(BUILTIN_PROFILES))
                    for m in BUILTIN_PROFILES.glob("**/meta.yaml"))
     raise ScenarioError("engine.latency.dir", "profile directory not found (built-in: "
                         f"{', '.join(known) or 'none'})", name)
+
+
+def _is_dir(path: Path) -> bool:
+    """Whether ``path`` is a directory; False for a name the system cannot look up (too long)."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
 
 
 def read_meta(directory: Path) -> dict:
@@ -210,30 +139,13 @@ def load_profile(directory: Path, tp: int) -> Profile:
     folder = directory / f"tp{tp}"
     if not folder.is_dir():
         raise ScenarioError("engine.latency.tp", f"no profile folder tp{tp}", str(directory))
-    if (folder / "moe.csv").is_file():
-        raise ScenarioError("engine.latency.dir", "mixture-of-experts profiles (moe.csv) "
-                            "are not supported", str(folder))
     meta = read_meta(directory)
+    moe, moe_scale = moe_file(directory, tp)
     return Profile(folder, meta,
                    read_table(folder / "dense.csv", *DENSE),
                    read_table(folder / "per_sequence.csv", *PER_SEQUENCE),
                    read_table(folder / "attention.csv", *ATTENTION),
-                   load_skew_fit(meta, folder, tp))
-
-
-def summed_curves(table: dict[str, np.ndarray], x: str, names: list[str], clamp: bool,
-                  counts: dict[str, int] | None = None) -> list[Curve]:
-    """One :class:`Curve` per operator in ``names`` (time in seconds against column ``x``).
-
-    An operator that runs ``counts[name]`` times (default once) has its
-    times multiplied by that count.
-    """
-    curves = []
-    for name in names:
-        rows = table["layer"] == name
-        k = (counts or {}).get(name, 1)
-        curves.append(Curve(table[x][rows], table["time_us"][rows] * (k * 1e-6), clamp))
-    return curves
+                   load_skew_fit(meta, folder, tp), moe, moe_scale)
 
 
 @latency_models.register("profile")
@@ -242,8 +154,12 @@ class ProfileLatency(LatencyModel):
 
     class Params(ComponentParams):
         dir: str = Field(description="profile directory of one model and dtype (holds meta.yaml "
-                         "and tp<N>/ folders), relative to the current directory, or a "
-                         "built-in profile (rtx-pro-6000/llama-3.1-8b/bf16)")
+                         "and tp<N>/ folders; a Vidur model folder holds mlp.csv and "
+                         "attention.csv), relative to the current directory, or a built-in "
+                         "profile (rtx-pro-6000/llama-3.1-8b/bf16)")
+        format: Literal["auto", "llmservingsim", "vidur"] = Field(
+            "auto", description="profile layout: LLMServingSim's (tp<N>/dense.csv, ...) or "
+            "Vidur's (mlp.csv, attention.csv); auto tells them apart by their files")
         tp: int = Field(1, ge=1, le=64, description="tensor-parallel degree: the tp<N> folder")
         num_layers: int | None = Field(None, ge=1, le=10_000, description="decoder layers; "
                                        "default: num_layers in meta.yaml")
@@ -264,14 +180,51 @@ class ProfileLatency(LatencyModel):
             None, gt=1e6, allow_inf_nan=False, description="all-reduce bus bandwidth between "
             "the GPUs, bytes/s (tp > 1)")
         allreduce_latency: Coefficient = Field(0.0, description="fixed time per all-reduce, s")
+        num_experts: int | None = Field(None, ge=1, le=100_000, description="experts per MoE "
+                                        "layer (profiles with moe.csv); default: meta.yaml")
+        experts_per_token: int | None = Field(None, ge=1, le=100_000, description="experts "
+                                              "each token is routed to (profiles with "
+                                              "moe.csv); default: meta.yaml")
+        moe_routing: Routing = Field("uniform", description="experts a step's tokens touch: "
+                                     "uniform (independent routing, expected distinct "
+                                     "experts) or balanced (min(E, tokens x k))")
+        cudagraph_capture_sizes: list[int] = Field(
+            [], description="token counts vLLM captured CUDA graphs for: a step of at most "
+            "the largest is padded to the next one for its dense and MoE operators "
+            "(empty: no padding, as with enforce_eager)")
+        block_size: int = Field(16, ge=1, le=1024, description="KV block size whose rows a "
+                                "Vidur attention.csv is read at, when it holds several")
 
     def __init__(self, params: Params) -> None:
         super().__init__(params)
         directory = find_profile(params.dir)
+        clamp = params.extrapolate == "clamp"
+        self.clamp = clamp
+        self.overhead = params.overhead_s
+        self.vidur = None
+        self.moe: MoeTable | None = None
+        self.skew: SkewFit | None = None
+        self.attention_tree = None
+        fmt = params.format
+        if fmt == "auto":
+            fmt = "vidur" if is_vidur(directory) and not (directory / f"tp{params.tp}").is_dir() \
+                else "llmservingsim"
+        if fmt == "vidur":
+            self._init_vidur(params, directory)
+        else:
+            self._init_llmservingsim(params, directory)
+        sizes = sorted(set(params.cudagraph_capture_sizes))
+        if sizes and sizes[0] < 1:
+            raise ScenarioError("engine.latency.cudagraph_capture_sizes",
+                                f"sizes must be >= 1, got {sizes[0]}")
+        self.graph_sizes = sizes
+        self.comm_fixed, self.comm_per_token = self._allreduce(params)
+
+    def _init_llmservingsim(self, params: Params, directory: Path) -> None:
         prof = load_profile(directory, params.tp)
         self.source = str(prof.folder)
         self.num_layers = self._layers(params, prof.meta, directory)
-        clamp = params.extrapolate == "clamp"
+        clamp = self.clamp
         ops = list(dict.fromkeys(prof.dense["layer"].tolist()))
         self.per_layer = summed_curves(prof.dense, "tokens",
                                        [o for o in ops if o not in params.per_step_ops], clamp,
@@ -283,10 +236,32 @@ class ProfileLatency(LatencyModel):
         att = prof.attention
         keys = np.column_stack([att[c] for c in ATTENTION[1][:4]])
         self.attention_tree = build_nested(keys, att["time_us"] * 1e-6)
-        self.clamp = clamp
-        self.overhead = params.overhead_s
         self.skew = prof.skew if params.skew_correction else None
-        self.comm_fixed, self.comm_per_token = self._allreduce(params)
+        if prof.moe is not None:
+            self.moe = MoeTable(prof.moe, prof.moe_scale,
+                                self._moe_int(params, prof.meta, "num_experts", prof.moe),
+                                self._moe_int(params, prof.meta, "experts_per_token", prof.moe),
+                                params.moe_routing, clamp)
+
+    def _init_vidur(self, params: Params, directory: Path) -> None:
+        tables = load_vidur(directory, params.tp, params.block_size, self.clamp)
+        self.source = str(directory)
+        self.num_layers = self._layers(params, read_meta(directory), directory)
+        self.per_layer = [c for name, c in tables.ops.items() if name not in params.per_step_ops]
+        self.per_step = [c for name, c in tables.ops.items() if name in params.per_step_ops]
+        self.per_seq = []
+        self.vidur = tables
+
+    @staticmethod
+    def _moe_int(params: Params, meta: dict, key: str, path: Path) -> int:
+        """``num_experts`` or ``experts_per_token``: the parameter, else meta.yaml."""
+        v = getattr(params, key)
+        if v is None:
+            v = meta.get(key)
+        if type(v) is int and v >= 1:
+            return v
+        raise ScenarioError(f"engine.latency.{key}", "required by a mixture-of-experts "
+                            "profile (moe.csv): meta.yaml does not give it", str(path))
 
     def _allreduce(self, params: Params) -> tuple[float, float]:
         """(fixed, per-token) time of the step's all-reduces, s: two per layer at tp > 1.
@@ -323,10 +298,17 @@ class ProfileLatency(LatencyModel):
 
         A scheduled request computing one token is a decode (vLLM's attention
         backends split the batch the same way, by query length); its context is
-        the tokens it had computed before the step (``plan.contexts``). All
-        prefill chunks form one chunk whose context is their token-weighted
-        mean (so chunk x context, the cross term of the attention work, is
-        preserved); decodes give their count and mean context. Without the
+        the tokens it had computed before the step (``plan.contexts``).
+
+        The prefill chunks form one chunk of all their tokens ``C`` at the
+        context that keeps the step's query-key pairs: FlashAttention's
+        variable-length kernel attends each request's ``c`` new tokens to its
+        own ``k`` cached ones and causally to each other, ``c (k + c / 2)``
+        pairs, and never across requests. One chunk of ``C`` at context ``K``
+        has ``C (K + C / 2)``, so ``K = sum c (k + c / 2) / C - C / 2``: the
+        request's own context for a single chunk, less than the mean context
+        for several (possibly below zero, which the table's edge segment
+        extends). Decodes give their count and mean context. Without the
         scheduled requests, prefills have no cached context and decodes share
         the plan's KV tokens equally.
         """
@@ -353,36 +335,55 @@ class ProfileLatency(LatencyModel):
                     hi = c
             else:
                 pc += n
-                kp += n * c
+                kp += n * (c + n / 2)
         mean = kd / nd if nd else 0.0
-        return (float(pc), kp / pc if pc else 0.0, float(nd), mean,
+        return (float(pc), kp / pc - pc / 2 if pc else 0.0, float(nd), mean,
                 float(lo) if nd else 0.0, float(hi))
 
     def attention_time(self, plan: StepPlan) -> float:
         """One layer's attention for the step, s, with the skew correction when it applies."""
         pc, kp, nd, kd, lo, hi = self._inputs(plan)
-        tree, clamp = self.attention_tree, self.clamp
+        clamp = self.clamp
+        if self.vidur is not None:
+            v = self.vidur
+            t = eval_nested(v.prefill, (pc, kp), clamp) if pc else 0.0
+            if nd:
+                t += eval_nested(v.decode, (nd, kd), clamp)
+            if v.kv_save is not None:
+                t += v.kv_save(float(plan.num_prefill_tokens + plan.num_decode_tokens))
+            return t
+        tree = self.attention_tree
         t = eval_nested(tree, (pc, kp, nd, kd), clamp)
         skew = self.skew
         if skew is not None and nd > 1 and hi > kd:
-            alpha = skew.alpha(pc, int(nd), kd, lo, hi, kp)
+            alpha = skew.alpha(pc, int(nd), kd, lo, hi, max(kp, 0.0))
             if alpha:
                 t_max = eval_nested(tree, (pc, kp, nd, hi), clamp)
                 if t_max > t:
                     t += alpha * (t_max - t)
         return t
 
+    def padded_tokens(self, tokens: int) -> int:
+        """The token count the step's CUDA graph computes: the next capture size, if any."""
+        sizes = self.graph_sizes
+        if not sizes or tokens > sizes[-1]:
+            return tokens
+        return sizes[bisect_left(sizes, tokens)]
+
     def step_time(self, plan: StepPlan) -> float:
-        tokens = float(plan.num_prefill_tokens + plan.num_decode_tokens)
-        attention = self.attention_time(plan) if tokens else 0.0
+        real = plan.num_prefill_tokens + plan.num_decode_tokens
+        attention = self.attention_time(plan) if real else 0.0
+        tokens = float(self.padded_tokens(real)) if real else 0.0
         layer = sum(c(tokens) for c in self.per_layer) + attention
+        if self.moe is not None:
+            layer += self.moe(tokens)
         t = (self.num_layers * layer + sum(c(tokens) for c in self.per_step)
              + sum(c(float(plan.num_seqs)) for c in self.per_seq) + self.overhead
              + self.comm_fixed + self.comm_per_token * tokens)
         if not (t > 0 and math.isfinite(t)):
             raise OrcasimError(
                 f"{self.source}: the profile gives {t:.6g} s for a step with {plan.num_seqs} "
-                f"sequences, {tokens:.0f} tokens and attention inputs "
+                f"sequences, {real} tokens and attention inputs "
                 f"{self.attention_inputs(plan)} (extrapolated "
                 "past the profile; use extrapolate: clamp)")
         return t

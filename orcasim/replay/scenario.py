@@ -20,7 +20,11 @@ hand. The mapping from vLLM's engine arguments (``meta.json`` ->
 - the profile model's per-step CPU time: the gap between steps that vLLM's
   developers measured with and without async scheduling (see ``STEP_GAP_*``);
 - at tp > 1, the profile model's all-reduce: a PCIe link (``ALLREDUCE_PCIE_*``;
-  change ``engine.latency.allreduce_*`` in the written scenario for NVLink).
+  change ``engine.latency.allreduce_*`` in the written scenario for NVLink);
+- the profile model's CUDA-graph padding: vLLM's default capture sizes for the
+  run's ``max_num_seqs`` and ``max_num_batched_tokens``
+  (:func:`default_capture_sizes`), none with ``enforce_eager``;
+- an MoE model's experts and experts per token from its preset.
 
 Each argument is read from vLLM's resolved configuration when the run
 recorded it (``resolved_config`` and ``kv_cache`` in ``meta.json``), else from
@@ -58,6 +62,21 @@ ALLREDUCE_PCIE_BANDWIDTH = 16e9
 ALLREDUCE_PCIE_LATENCY_S = 20e-6
 
 
+def default_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> list[int]:
+    """The token counts vLLM V1 captures CUDA graphs for when none are configured.
+
+    ``VllmConfig._set_cudagraph_sizes`` (vllm/config/vllm.py): the largest is
+    ``min(2 * max_num_seqs, 512, max_num_batched_tokens)`` (no speculative
+    decoding); below it 1, 2, 4, then multiples of 8 up to 248, then
+    multiples of 16 from 256.
+    """
+    top = min(2 * max_num_seqs, 512, max_num_batched_tokens)
+    sizes = [s for s in (1, 2, 4) if s <= top]
+    sizes += [s for s in range(8, 256, 8) if s <= top]
+    sizes += list(range(256, top + 1, 16))
+    return sizes
+
+
 def model_preset(name: str) -> ModelSpec | None:
     """The model preset for a Hugging Face id (``meta-llama/Llama-3.1-8B`` -> ``llama-3.1-8b``)."""
     base = name.rsplit("/", 1)[-1].lower()
@@ -89,6 +108,7 @@ SECTIONS = {
     "gpu_memory_utilization": ("cache_config", "kv_cache"),
     "num_gpu_blocks": ("cache_config", "kv_cache"),
     "tensor_parallel_size": ("parallel_config",),
+    "enforce_eager": ("model_config",),
 }
 
 
@@ -190,8 +210,12 @@ def build_scenario(
         "policy": policy,
     }
     if profiles is not None:
-        scenario["engine"]["latency"]["overhead_s"] = (
+        latency = scenario["engine"]["latency"]
+        latency["overhead_s"] = (
             STEP_GAP_ASYNC_S if policy["async_scheduling"] else STEP_GAP_SYNC_S)
+        if not args.flag("enforce_eager", False):
+            latency["cudagraph_capture_sizes"] = default_capture_sizes(
+                policy["max_num_seqs"], policy["max_num_batched_tokens"])
     blocks = num_gpu_blocks(meta)
     if blocks is not None:
         policy["num_blocks"] = blocks
@@ -221,6 +245,9 @@ def _latency(profiles: Path | None, gpu: str | None, preset: ModelSpec | None,
         latency: dict[str, Any] = {"type": "profile", "dir": str(profiles), "tp": tp}
         if preset is not None:
             latency["num_layers"] = preset.num_layers
+            if preset.is_moe:
+                latency["num_experts"] = preset.num_experts
+                latency["experts_per_token"] = preset.experts_per_token
         if tp > 1:
             if preset is not None:
                 latency["hidden_size"] = preset.hidden_size
