@@ -182,6 +182,47 @@ def test_the_comparison_tokenizer_loads_as_guidellm_loads_it(tmp_path):
     assert processor.decode(ids) == "the simulated engine emits 128 tokens"
 
 
+def test_the_guidellm_command_on_the_page_is_the_one_the_script_runs():
+    """The page shows the ``guidellm run`` command (it needs guidellm, so it is not run
+    here); it is what the script runs for the page's options."""
+    import argparse
+    import shlex
+
+    mod = comparison_script()
+    text = PAGE.read_text()
+    start = text.index("    guidellm run ")
+    shown = text[start:text.index("\n\n", start)].replace("\\\n", " ")
+    args = argparse.Namespace(rate=20.0, requests=300, prompt_tokens=128, output_tokens=64)
+    cmd = mod.guidellm_command("$URL", args, Path("$TOKENIZER_DIR"), Path("benchmarks.json"))
+    assert shlex.split(shown) == ["guidellm", *cmd[1:]]
+    assert "python benchmarks/serve_vs_offline.py --client guidellm --rate 20 --requests 300" \
+        in text
+
+
+def test_the_guidellm_comparison_runs_with_guidellm(monkeypatch, capsys):
+    """benchmarks/serve_vs_offline.py with guidellm itself, 10 requests; only where
+    guidellm is installed (it is not a test dependency)."""
+    import runpy
+    import shutil
+
+    if shutil.which("guidellm") is None:
+        pytest.skip("guidellm is not installed")
+    script = ROOT / "benchmarks" / "serve_vs_offline.py"
+    monkeypatch.setattr(sys, "argv", [str(script), "--client", "guidellm", "--rate", "10",
+                                      "--requests", "10", "--output-tokens", "16"])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_path(str(script), run_name="__main__")
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "guidellm: 10 of 10 requests" in out and "served prompt lengths [128]" in out
+    assert "served schedule equals the offline replay" in out
+    rows = {tuple(line.split()[:2]): [float(x) for x in line.split()[2:]]
+            for line in out.splitlines() if line.startswith(("ttft ", "itl "))}
+    assert 0 < rows[("ttft", "median")][2] < 50
+    assert abs(rows[("itl", "median")][2]) < 5
+    assert "guidellm's own report: ttft median" in out
+
+
 def test_the_lag_benchmark_loads_run_against_a_served_engine():
     """benchmarks/bench_serve.py's two loads (concurrent streams, a constant rate), small,
     against an in-process server of the benchmark's scenario."""
