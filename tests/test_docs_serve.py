@@ -72,6 +72,17 @@ def test_the_load_tool_comparison_script_runs_with_the_openai_client(monkeypatch
     client, offline, diff = rows[("ttft", "median")]
     assert 0 < diff < 50 and diff == pytest.approx(client - offline, abs=0.011)
     assert abs(rows[("itl", "median")][2]) < 5
+    assert "served schedule equals the offline replay" in out
+    # the per-request TTFT difference splits into the way there and the way back, both
+    # positive, their means adding up to the mean difference
+    means = {line.split(":")[0].strip(): float(line.rsplit("mean ", 1)[1].split()[0])
+             for line in out.splitlines() if line.startswith("per request")}
+    there = means["per request,   request"]
+    back = means["per request,   response"]
+    assert there > 0 and back > 0
+    assert there + back == pytest.approx(means["per request, TTFT, openai - offline"], abs=0.02)
+    assert means["per request, TTFT, openai - offline"] == pytest.approx(
+        rows[("ttft", "mean")][2], abs=0.011)
 
 
 def test_the_guidellm_comparison_says_when_guidellm_is_missing(monkeypatch, capsys):
@@ -86,6 +97,130 @@ def test_the_guidellm_comparison_says_when_guidellm_is_missing(monkeypatch, caps
         runpy.run_path(str(script), run_name="__main__")
     assert done.value.code == 2
     assert "pip install guidellm" in capsys.readouterr().err
+
+
+def comparison_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "serve_vs_offline", ROOT / "benchmarks" / "serve_vs_offline.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_comparison_reads_a_guidellm_report_and_pairs_requests():
+    """A guidellm 0.8.1 JSON report (the fields the script reads, values from a real run):
+    each request is paired with its served request by the response id."""
+    pd = pytest.importorskip("pandas")
+    mod = comparison_script()
+
+    def request(rid, ttft, itl, sent, first):
+        return {"response_id": rid, "time_to_first_token_ms": ttft,
+                "inter_token_latency_ms": itl,
+                "info": {"timings": {"request_start": sent, "first_token_iteration": first}}}
+
+    def metric(mean, median, p99):
+        return {"successful": {"mean": mean, "median": median,
+                               "percentiles": {"p50": median, "p99": p99}}}
+
+    report = {"benchmarks": [{
+        "metrics": {"time_to_first_token_ms": metric(24.67, 24.57, 34.76),
+                    "inter_token_latency_ms": metric(15.4, 15.6, 16.1)},
+        "requests": {"successful": [
+            request("cmpl-1", 17.0, 14.5, 1000.100, 1000.117),
+            request("cmpl-0", 16.0, 14.0, 1000.000, 1000.016)],
+            "errored": [], "incomplete": []}}]}
+    measured = mod.guidellm_measured(report)
+    assert measured == {0: (16.0, 14.0, 1000.000, 1000.016),
+                        1: (17.0, 14.5, 1000.100, 1000.117)}
+    assert mod.guidellm_reported(report) == {
+        "ttft": {"mean": 24.67, "median": 24.57, "p99": 34.76},
+        "itl": {"mean": 15.4, "median": 15.6, "p99": 16.1}}
+    # the served run started at Unix time 1000; request 0 arrived 2 ms after it was sent
+    # and had its first token 10 ms later; request 1: 1 ms there, 12 ms to the first token
+    offline = pd.DataFrame({"id": [0, 1, 2], "arrival": [0.002, 0.101, 0.2],
+                            "first_token": [0.012, 0.113, 0.21],
+                            "ttft": [0.010, 0.012, 0.01], "tpot": [0.0141, 0.0144, 0.01]})
+    res = mod.compare(measured, offline, start_unix=1000.0)
+    assert res["n"] == 2
+    assert res["offline"]["ttft"]["median"] == pytest.approx(11.0)
+    assert res["overhead"]["ttft"]["mean"] == pytest.approx(5.5)   # (16-10 + 17-12) / 2
+    assert res["overhead"]["itl"]["median"] == pytest.approx(0.0)  # -0.1 and +0.1
+    assert res["overhead"]["request"]["mean"] == pytest.approx(1.5, abs=1e-6)
+    assert res["overhead"]["response"]["mean"] == pytest.approx(4.0, abs=1e-6)
+    assert mod.served_id("chatcmpl-12") == 12
+
+
+def test_the_comparison_tokenizer_cuts_prompts_to_exact_lengths(tmp_path):
+    """guidellm cuts a synthetic prompt (ASCII prose: words, single spaces and newlines) to n
+    tokens by decoding its first n token ids; the script's tokenizer gives the server
+    exactly n tokens for that text, for every n."""
+    from tokenizers import Tokenizer
+
+    from orcasim.commands.serve import token_counter
+
+    mod = comparison_script()
+    path = mod.build_tokenizer(tmp_path / "tok")
+    tok = Tokenizer.from_file(str(path / "tokenizer.json"))
+    count = token_counter(path / "tokenizer.json")
+    paragraphs = (ROOT / "README.md").read_text().split("\n\n")
+    text = "\n".join(" ".join(p.split()) for p in paragraphs).encode("ascii", "ignore").decode()
+    ids = tok.encode(text, add_special_tokens=False).ids
+    assert len(ids) > 1000
+    assert [n for n in range(1, len(ids) + 1) if count(tok.decode(ids[:n])) != n] == []
+    assert json.loads((path / "tokenizer_config.json").read_text()) == {
+        "tokenizer_class": "PreTrainedTokenizerFast"}
+
+
+def test_the_comparison_tokenizer_loads_as_guidellm_loads_it(tmp_path):
+    transformers = pytest.importorskip("transformers")  # guidellm's dependency, not orcasim's
+    mod = comparison_script()
+    path = mod.build_tokenizer(tmp_path / "tok")
+    processor = transformers.AutoTokenizer.from_pretrained(str(path))
+    ids = processor.encode("the simulated engine emits 128 tokens")
+    assert processor.decode(ids) == "the simulated engine emits 128 tokens"
+
+
+def test_the_guidellm_command_on_the_page_is_the_one_the_script_runs():
+    """The page shows the ``guidellm run`` command (it needs guidellm, so it is not run
+    here); it is what the script runs for the page's options."""
+    import argparse
+    import shlex
+
+    mod = comparison_script()
+    text = PAGE.read_text()
+    start = text.index("    guidellm run ")
+    shown = text[start:text.index("\n\n", start)].replace("\\\n", " ")
+    args = argparse.Namespace(rate=20.0, requests=300, prompt_tokens=128, output_tokens=64)
+    cmd = mod.guidellm_command("$URL", args, Path("$TOKENIZER_DIR"), Path("benchmarks.json"))
+    assert shlex.split(shown) == ["guidellm", *cmd[1:]]
+    assert "python benchmarks/serve_vs_offline.py --client guidellm --rate 20 --requests 300" \
+        in text
+
+
+def test_the_guidellm_comparison_runs_with_guidellm(monkeypatch, capsys):
+    """benchmarks/serve_vs_offline.py with guidellm itself, 10 requests; only where
+    guidellm is installed (it is not a test dependency)."""
+    import runpy
+    import shutil
+
+    if shutil.which("guidellm") is None:
+        pytest.skip("guidellm is not installed")
+    script = ROOT / "benchmarks" / "serve_vs_offline.py"
+    monkeypatch.setattr(sys, "argv", [str(script), "--client", "guidellm", "--rate", "10",
+                                      "--requests", "10", "--output-tokens", "16"])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_path(str(script), run_name="__main__")
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "guidellm: 10 of 10 requests" in out and "served prompt lengths [128]" in out
+    assert "served schedule equals the offline replay" in out
+    rows = {tuple(line.split()[:2]): [float(x) for x in line.split()[2:]]
+            for line in out.splitlines() if line.startswith(("ttft ", "itl "))}
+    assert 0 < rows[("ttft", "median")][2] < 50
+    assert abs(rows[("itl", "median")][2]) < 5
+    assert "guidellm's own report: ttft median" in out
 
 
 def test_the_lag_benchmark_loads_run_against_a_served_engine():

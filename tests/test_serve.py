@@ -303,10 +303,12 @@ def test_cli_serves_until_sigint_then_writes_the_outputs(tmp_path):
     scenario = tmp_path / "s.yaml"
     scenario.write_text(json.dumps(BASE))  # JSON is YAML
     out = tmp_path / "out"
+    launched = time.time()
     proc = subprocess.Popen(
         [sys.executable, "-m", "orcasim", "serve", str(scenario), "--port", "0",
          "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "MPLBACKEND": "Agg"})
+    first = []  # wall clock when the first request was sent and when its answer came
     try:
         line = proc.stdout.readline()
         assert line.startswith("serving 'served' (scenario served, variant continuous) on "), line
@@ -316,8 +318,10 @@ def test_cli_serves_until_sigint_then_writes_the_outputs(tmp_path):
             url = f"http://127.0.0.1:{port}"
             async with aiohttp.ClientSession() as session:
                 for _ in range(2):
+                    first.append(time.time())
                     r = await session.post(url + "/v1/completions", json={"prompt": "abcd"})
                     assert r.status == 200
+                    first.append(time.time())
                 resp = await session.post(url + "/v1/completions", json={
                     "prompt": "abcd", "max_tokens": 10000, "ignore_eos": True, "stream": True})
                 assert resp.status == 200
@@ -350,6 +354,12 @@ def test_cli_serves_until_sigint_then_writes_the_outputs(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["variants"]["continuous"]["num_aborted"] == 1
     assert summary["variants"]["continuous"]["realtime_lag_p99"] >= 0
+    # simulated time 0 on the wall clock: the served requests' simulated times line up with
+    # the client's clock (the first request arrived after it was sent, and was answered after
+    # it finished)
+    start = summary["variants"]["continuous"]["served_start_unix"]
+    assert launched < start < first[0]
+    assert first[0] < start + reqs["arrival"][0] < start + reqs["finish"][0] < first[1]
 
 
 @pytest.mark.parametrize("args, message", [

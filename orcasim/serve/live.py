@@ -140,6 +140,9 @@ class LiveSimulation:
         self.prompt_tokens = 0  # prompts computed (counted at each first token)
         self.generation_tokens = 0  # tokens emitted
         self.stopping = False
+        #: the wall clock (Unix seconds) at simulated time 0, once started: a served
+        #: request's wall-clock time is ``start_unix + simulated time * factor``
+        self.start_unix = math.nan
         self.result: VariantResult | None = None
         self.error: BaseException | None = None
         self._thread: threading.Thread | None = None
@@ -149,6 +152,7 @@ class LiveSimulation:
     def start(self) -> None:
         """Start the simulation thread; simulated time 0 is now."""
         self._thread = threading.Thread(target=self._main, name="orcasim-sim", daemon=True)
+        self.start_unix = time.time()
         self.env.sync()
         self._thread.start()
 

@@ -79,8 +79,11 @@ async def serve_until_signal(server: SimServer, host: str, port: int,
 
 
 def finish_result(server: SimServer) -> VariantResult:
-    """The served run's results with its real-time lag figures added to the summary."""
+    """The served run's results with its real-time lag figures added to the summary, and
+    ``served_start_unix``: the wall clock at simulated time 0, to line up a client's own
+    timestamps with the served requests' simulated times."""
     assert server.result is not None and server.sim is not None
     res = server.result
     res.summary.update(lag_summary(server.sim.lags))
+    res.summary["served_start_unix"] = server.sim.start_unix
     return res
