@@ -89,6 +89,27 @@ class OpenLoopSource:
         """Arrival time of the next request released by the clock (``None``: none left)."""
         return self._arrival[self._next] if self._next < self._n else None
 
+    def queued_by(self, num_waiting: int, ends: list[float]) -> list[int]:
+        """Queue lengths at the start of each step of a run that starts now and ends at ``ends``.
+
+        The first step starts with ``num_waiting`` queued; each later one also
+        counts the requests released by the end of the step before (every
+        arrival queues: no admission gate, and nobody joins mid-run).
+        """
+        arrival, n = self._arrival, self._n
+        j = self._next
+        w = num_waiting
+        out = [w]
+        if len(ends) > 1 and j < n and arrival[j] <= ends[-2]:
+            for t in ends[:-1]:
+                while j < n and arrival[j] <= t:
+                    j += 1
+                    w += 1
+                out.append(w)
+        else:
+            out *= len(ends)
+        return out
+
     def run(self) -> Generator[simpy.Event, None, None]:
         env = self.env
         while (t := self.next_arrival()) is not None:

@@ -10,6 +10,7 @@ The full per-step batch listing is kept only when asked for (``trace_steps``).
 from __future__ import annotations
 
 from array import array
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -45,12 +46,18 @@ class Recorder:
         self._tenant: list[str | None] = []
         self._cls: list[str | None] = []
         self._reason: list[str | None] = []
-        self._itl_gap: list[np.ndarray] = []
-        self._itl_count: list[np.ndarray] = []
-        self._itl_end: list[np.ndarray] = []
+        # per step, kept for the whole run (12 bytes a step): its end and its ITL token count;
+        # a step's gap is its end minus the previous step's end (0 before the first)
         self._step_end: list[np.ndarray] = []
+        self._itl_count: list[np.ndarray] = []
         self._extra_itl: list[tuple[float, int, int]] = []
-        self._buf: list[tuple[float, float, int, int, int, float, int]] = []
+        # steps not yet flushed, one column each
+        self._t0 = array("d")
+        self._t1 = array("d")
+        self._seqs = array("q")
+        self._tokens = array("q")
+        self._waiting = array("q")
+        self._count = array("q")
         self._buf_cap = max(16, series_capacity)
         self.series = StepSeries(series_capacity)
         self.trace_steps = trace_steps
@@ -84,33 +91,71 @@ class Recorder:
         num_seqs: int,
         num_tokens: int,
         num_waiting: int,
-        itl_gap: float,
         itl_count: int,
     ) -> None:
-        """One step: its span, batch and queue, and ``itl_count`` tokens with gap ``itl_gap``."""
-        buf = self._buf
-        buf.append((t_start, t_end, num_seqs, num_tokens, num_waiting, itl_gap, itl_count))
-        if len(buf) >= self._buf_cap:
+        """One step: its span, batch and queue, and ``itl_count`` tokens emitted with the step's
+        inter-token gap (its end minus the previous step's end)."""
+        self._t0.append(t_start)
+        self._t1.append(t_end)
+        self._seqs.append(num_seqs)
+        self._tokens.append(num_tokens)
+        self._waiting.append(num_waiting)
+        self._count.append(itl_count)
+        if len(self._t1) >= self._buf_cap:
+            self._flush()
+
+    def record_run(
+        self,
+        t_start: float,
+        ends: list[float],
+        num_seqs: int,
+        num_tokens: tuple[int, int],
+        num_waiting: list[int],
+        itl_count: tuple[int, int],
+    ) -> None:
+        """A run of steps back to back from ``t_start``, ending at ``ends``, with one batch.
+
+        ``num_tokens`` and ``itl_count`` are ``(first step, every later step)``;
+        ``num_waiting`` holds the queue length at the start of each step.
+        The same rows as :meth:`record_step` once per step.
+        """
+        k = len(ends)
+        t0 = self._t0
+        t0.append(t_start)
+        t0.extend(ends[:-1])
+        self._t1.extend(ends)
+        self._seqs.extend(repeat(num_seqs, k))
+        tokens, count = self._tokens, self._count
+        tokens.append(num_tokens[0])
+        tokens.extend(repeat(num_tokens[1], k - 1))
+        count.append(itl_count[0])
+        count.extend(repeat(itl_count[1], k - 1))
+        self._waiting.extend(num_waiting)
+        if len(self._t1) >= self._buf_cap:
             self._flush()
 
     def _flush(self) -> None:
-        if not self._buf:
+        if not self._t1:
             return
-        a = np.array(self._buf, dtype=np.float64)
-        self._buf = []
-        self._steps_flushed += len(a)
-        self._sum_batch += int(a[:, 2].sum())
-        keep = a[:, 6] > 0
-        self._itl_gap.append(a[keep, 5])
-        self._itl_count.append(a[keep, 6].astype(np.int64))
-        self._itl_end.append(a[keep, 1])
-        self._step_end.append(a[:, 1])
-        self.series.add_steps(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4])
+        t0 = np.array(self._t0, dtype=np.float64)
+        t1 = np.array(self._t1, dtype=np.float64)
+        seqs = np.array(self._seqs, dtype=np.int64)
+        tokens = np.array(self._tokens, dtype=np.int64)
+        waiting = np.array(self._waiting, dtype=np.int64)
+        count = np.array(self._count, dtype=np.int64)
+        for col in (self._t0, self._t1, self._seqs, self._tokens, self._waiting, self._count):
+            del col[:]
+        self._steps_flushed += len(t1)
+        self._sum_batch += int(seqs.sum())
+        self._step_end.append(t1)
+        self._itl_count.append(count.astype(np.int32))
+        self.series.add_steps(t0, t1, seqs.astype(np.float64), tokens.astype(np.float64),
+                              waiting.astype(np.float64))
 
     @property
     def num_steps(self) -> int:
         """Steps recorded so far."""
-        return self._steps_flushed + len(self._buf)
+        return self._steps_flushed + len(self._t1)
 
     @property
     def sum_batch(self) -> int:
@@ -160,20 +205,29 @@ class Recorder:
             cols[c] = [lst[k] for k in idx]
         return cols
 
+    def _steps(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every step's end and ITL token count (flushed first)."""
+        self._flush()
+        ends = np.concatenate([np.zeros(0), *self._step_end])
+        counts = np.concatenate([np.zeros(0, np.int32), *self._itl_count])
+        return ends, counts
+
     def itl_samples(self) -> tuple[np.ndarray, np.ndarray]:
         """Inter-token gaps as ``(gaps, counts)``: each gap occurred ``count`` times."""
-        self._flush()
-        gaps = [*self._itl_gap, np.array([g for g, _, _ in self._extra_itl], dtype=np.float64)]
-        counts = [*self._itl_count, np.array([c for _, c, _ in self._extra_itl], dtype=np.int64)]
-        return np.concatenate(gaps), np.concatenate(counts)
+        ends, counts = self._steps()
+        keep = counts > 0
+        gaps = np.diff(ends, prepend=0.0)[keep]
+        extra_gaps = np.array([g for g, _, _ in self._extra_itl], dtype=np.float64)
+        extra_counts = np.array([c for _, c, _ in self._extra_itl], dtype=np.int64)
+        return (np.concatenate([gaps, extra_gaps]),
+                np.concatenate([counts[keep].astype(np.int64), extra_counts]))
 
     def itl_times(self) -> np.ndarray:
         """End time of the step each :meth:`itl_samples` entry belongs to (same order)."""
-        self._flush()
-        step_end = np.concatenate([np.zeros(0), *self._step_end])
+        ends, counts = self._steps()
         idx = np.array([k for _, _, k in self._extra_itl], dtype=np.int64)
-        extra = step_end[np.minimum(idx, step_end.size - 1)] if idx.size else np.zeros(0)
-        return np.concatenate([np.zeros(0), *self._itl_end, extra])
+        extra = ends[np.minimum(idx, ends.size - 1)] if idx.size else np.zeros(0)
+        return np.concatenate([ends[counts > 0], extra])
 
     def series_rows(self) -> dict[str, np.ndarray]:
         """The bounded per-step series (see :class:`StepSeries`)."""

@@ -217,20 +217,60 @@ class DecodeOnlyPolicy(Policy):
 
     def complete_step(self, plan: StepPlan, t_start: float, t_end: float) -> None:
         """Every member emits a token: first tokens, ITL (a resumed request's own gap), ends."""
+        self._complete(plan, t_end, t_end)
+
+    def complete_run(self, plan: StepPlan, ends: list[float]) -> None:
+        """``plan`` then ``len(ends) - 1`` more steps of the same batch, ending at ``ends``.
+
+        Only within what :meth:`decode_run` allowed: nobody finishes before
+        the last step. Equal to :meth:`complete_step` once per step.
+        """
+        if len(ends) > 1:
+            self.batch.skip(len(ends) - 1)
+        self._complete(plan, ends[0], ends[-1])
+
+    def _complete(self, plan: StepPlan, t_first: float, t_end: float) -> None:
+        """The effects of ``plan``'s step (ending at ``t_first``) and of the batch's last step
+        (ending at ``t_end``, which may be a later one)."""
         joined = self._joined
         finished = self.batch.advance()
         if joined:
             for req in joined:
                 if req.first_token is None:
-                    req.first_token = t_end
+                    req.first_token = t_first
                 else:  # resumed after a preemption: its own gap
-                    self.ctx.recorder.record_itl(t_end - req.last_token)  # type: ignore[operator]
+                    self.ctx.recorder.record_itl(t_first - req.last_token)  # type: ignore[operator]
             plan.num_itl_tokens = plan.num_seqs - len(joined)
             self._joined = []
         else:
             plan.num_itl_tokens = plan.num_seqs
         if finished:
             self.finished(finished, t_end)
+
+    #: whether :meth:`decode_run` may offer runs (the policy's :meth:`admit` takes a request
+    #: only at a boundary where :meth:`has_room` is true)
+    runs_unchanged: ClassVar[bool] = False
+
+    def has_room(self) -> bool:
+        """Whether a request that arrives now could join the batch at the next boundary."""
+        return True
+
+    def decode_run(self) -> tuple[int, int, int, bool] | None:
+        """After the step just planned, how the batch runs on unchanged (the engine's fast path).
+
+        ``(size, kv, max_steps, room)``: the batch's ``size`` sequences read
+        ``kv`` KV tokens in the following step (``size`` more each step after);
+        nobody finishes before step ``max_steps`` (counting the planned one);
+        ``room``: an arrival could join at a boundary, so the run must stop
+        at the first step ending at or after the next arrival. ``None``: step
+        by step (memory limits, event-driven processes, a joiner still deferred).
+        """
+        if not self.runs_unchanged or self._listens or self._deferred or getattr(
+                self, "kv", None) is not None:
+            return None
+        batch = self.batch
+        size = batch.size
+        return size, batch.num_kv_tokens + size, batch.first_finish(), self.has_room()
 
     def finished(self, reqs: list[Request], t_end: float) -> None:
         """``reqs`` emitted their last token at ``t_end`` and left the batch."""

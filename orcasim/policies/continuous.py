@@ -22,6 +22,11 @@ from orcasim.registry import policies
 class Continuous(KVDecodePolicy):
     """Admit FCFS at every step boundary while the batch has a free slot."""
 
+    runs_unchanged = True
+
+    def has_room(self) -> bool:
+        return self.batch.size < self.params.max_batch
+
     class Params(KVPolicyParams):
         max_batch: int = slots_field(32, "sequences per step at most (batch slots)")
         prefill: bool = Field(False, description="charge each prompt as prefill in its first step")

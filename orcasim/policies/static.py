@@ -19,6 +19,11 @@ from orcasim.registry import policies
 class Static(KVDecodePolicy):
     """Admit a new batch only when the previous one has completely finished."""
 
+    runs_unchanged = True
+
+    def has_room(self) -> bool:
+        return not self.batch.size
+
     class Params(KVPolicyParams):
         max_batch: int = slots_field(32, "sequences per batch at most (batch slots)")
         prefill: bool = Field(False, description="charge each prompt as prefill in its first step")
