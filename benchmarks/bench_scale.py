@@ -6,7 +6,7 @@ notebook's continuous loop with its ``pending.pop(0)`` replaced by a deque
 (the original is quadratic in the number of requests). orcasim runs
 ``run_variant`` (SimPy model, recorder, full summary) twice: advancing runs of
 unchanged-batch steps in one event (the default), and one event per step
-(``Engine.batch_runs = False``). Both must give the notebook's results.
+(``Engine.fast_paths = False``). Both must give the notebook's results.
 Times are CPU seconds of the process.
 
     python benchmarks/bench_scale.py [--sizes 100000 1000000] [--no-per-step]
@@ -50,15 +50,15 @@ def continuous_deque(reqs, max_batch, step):
         active = [r for r in active if r["tokens_done"] < r["output_len"]]
 
 
-def orcasim_run(cfg, arrays, batch_runs: bool) -> tuple[float, dict]:
+def orcasim_run(cfg, arrays, fast_paths: bool) -> tuple[float, dict]:
     """CPU seconds of ``run_variant`` and its summary."""
-    Engine.batch_runs = batch_runs
+    Engine.fast_paths = fast_paths
     try:
         t0 = time.process_time()
         res = run_variant(cfg, arrays)
         return time.process_time() - t0, res.summary
     finally:
-        Engine.batch_runs = True
+        Engine.fast_paths = True
 
 
 def main() -> None:

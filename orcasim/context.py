@@ -119,6 +119,9 @@ class SchedulerContext:
         ev = self._arrival
         if ev is None:
             ev = self._arrival = self.env.event()
+            src = self.source
+            if src is not None and src.lazy:
+                src.arm()
         return ev
 
     @property
@@ -202,6 +205,13 @@ class SchedulerContext:
             self.clients.watch(req)
         ev, self._arrival = self._arrival, None
         self._fire(ev)
+
+    def released(self, count: int) -> None:
+        """A lazy source released ``count`` requests into its backlog (``waiting``)."""
+        if count:
+            self.recorder.num_arrived += count
+            ev, self._arrival = self._arrival, None
+            self._fire(ev)
 
     # -- life cycle ------------------------------------------------------------
     def admit(self, req: Request) -> None:

@@ -21,8 +21,11 @@ offer :meth:`~orcasim.policies.base.DecodeOnlyPolicy.decode_run`: nobody
 finishes before the run's last step, and no arrival could join before it)
 are charged as one timeout: the engine adds up the steps' latencies one by
 one, exactly as it would step by step, and the policy and the recorder take
-the whole run at its end. The results are those of per-step simulation,
-bit for bit (``Engine.batch_runs = False`` turns this off).
+the whole run at its end. For the same policies, the source releases
+arrivals into a backlog at step boundaries and wakes on its own only for an
+idle policy (:meth:`~orcasim.source.OpenLoopSource.release_lazily`). The
+results are those of per-step simulation, bit for bit
+(``Engine.fast_paths = False`` turns both off).
 
 A hard stop (:meth:`Engine.stop`) interrupts the process, in a step or while
 the policy waits: the step in flight is lost, every running and waiting
@@ -51,8 +54,9 @@ MAX_EMPTY_STEPS = 1000
 class Engine:
     """Runs the policy's steps, charging each by the latency model."""
 
-    #: advance runs of unchanged-batch steps in one event (off: one event per step)
-    batch_runs: bool = True
+    #: advance runs of unchanged-batch steps in one event, and let the source release
+    #: arrivals lazily where that changes nothing (off: one event per step and per arrival)
+    fast_paths: bool = True
 
     def __init__(
         self,
@@ -71,6 +75,10 @@ class Engine:
         self.waiting_on: simpy.Event | None = None
         #: the run in flight: (first plan, its latency, busy time before, decode_run, ends)
         self._run: tuple | None = None
+        if (self.fast_paths and getattr(policy, "runs_unchanged", False)
+                and not policy.event_driven
+                and self._runs_allowed() and not ctx.waiting):
+            ctx.source.release_lazily()  # type: ignore[union-attr]
         self.process = env.process(self.run())
         for proc in policy.processes():
             env.process(proc)
@@ -78,6 +86,10 @@ class Engine:
     def stop(self, reason: str) -> None:
         """Hard stop: abort what runs and waits with ``reason``; later arrivals are ``stopped``."""
         self.stopped = True
+        src = self.ctx.source
+        if src is not None and src.lazy:  # what arrived is queued (and aborted); later
+            src.flush(self.env.now)  # arrivals are rejected as they come
+            src.release_eagerly()
         self.ctx.gate = reject_all("stopped")
         if self.process.is_alive:
             self.process.interrupt(reason)
@@ -126,21 +138,33 @@ class Engine:
             if limit is None or t < limit:
                 if limit is None:
                     limit = float("inf")
-                step_time = self.latency.step_time
-                plan = StepPlan(size, kv)
                 append = ends.append
-                for _ in range(max_steps - 1):
-                    d = step_time(plan)
-                    if not d > 0.0:
-                        raise SimulationError(
-                            f"latency model {self.latency.type_name!r} returned a step time of "
-                            f"{d!r} s; it must be > 0")
-                    t += d
-                    busy += d
-                    append(t)
-                    if t >= limit:
-                        break
-                    plan.num_kv_tokens += size
+                coef = self.latency.decode_coefficients(size)
+                if coef is not None and coef[0] > 0.0:  # a + c * kv, c >= 0: every step > 0
+                    a, c = coef
+                    for _ in range(max_steps - 1):
+                        d = a + c * kv
+                        t += d
+                        busy += d
+                        append(t)
+                        if t >= limit:
+                            break
+                        kv += size
+                else:
+                    step_time = self.latency.step_time
+                    plan = StepPlan(size, kv)
+                    for _ in range(max_steps - 1):
+                        d = step_time(plan)
+                        if not d > 0.0:
+                            raise SimulationError(
+                                f"latency model {self.latency.type_name!r} returned a step "
+                                f"time of {d!r} s; it must be > 0")
+                        t += d
+                        busy += d
+                        append(t)
+                        if t >= limit:
+                            break
+                        plan.num_kv_tokens += size
         return ends, busy
 
     def _cut_run(self, t0: float) -> tuple[float, float]:
@@ -181,7 +205,7 @@ class Engine:
         busy = 0.0
         t0 = -1.0  # start of the latest step; a step is in flight while t0 >= prev_end
         ready = policy.ready_plan
-        runs = getattr(policy, "decode_run", None) if self.batch_runs and not trace else None
+        runs = getattr(policy, "decode_run", None) if self.fast_paths and not trace else None
         queue = env._queue
         gen = None  # the policy's decision in progress (its next_step generator)
         ev: simpy.Event | None = None  # the event that decision waits on
