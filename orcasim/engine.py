@@ -257,7 +257,10 @@ class Engine:
                 dt += plan.swap_time
                 t0 = env.now
                 num_waiting = len(ctx.waiting)
-                run = runs() if runs is not None and self._runs_allowed() else None
+                run = None
+                if (runs is not None and ctx.gate is None and ctx._step_end is None
+                        and ctx.clients is None and type(ctx.source) is OpenLoopSource):
+                    run = runs()  # the conditions of _runs_allowed, inline: once per step
                 if run is not None:  # the batch runs unchanged for len(ends) steps
                     ends, run_busy = self._run_ends(t0, dt, busy, run)
                     waits = ctx.source.queued_by(num_waiting, ends)  # type: ignore[union-attr]

@@ -10,7 +10,6 @@ The full per-step batch listing is kept only when asked for (``trace_steps``).
 from __future__ import annotations
 
 from array import array
-from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -42,22 +41,32 @@ class Recorder:
         self._sum_batch = 0
         self._f = {c: array("d") for c in REQUEST_FLOAT_COLUMNS}
         self._i = {c: array("q") for c in REQUEST_INT_COLUMNS}
-        self._name: list[str | None] = []
-        self._tenant: list[str | None] = []
-        self._cls: list[str | None] = []
-        self._reason: list[str | None] = []
+        # string columns, sparse (row -> value; most are None)
+        self._name: dict[int, str] = {}
+        self._tenant: dict[int, str] = {}
+        self._cls: dict[int, str] = {}
+        self._reason: dict[int, str] = {}
+        f, i = self._f, self._i
+        self._appends = (f["arrival"].append, f["first_scheduled"].append,
+                         f["first_token"].append, f["finish"].append,
+                         *(i[c].append for c in REQUEST_INT_COLUMNS))
         # per step, kept for the whole run (12 bytes a step): its end and its ITL token count;
         # a step's gap is its end minus the previous step's end (0 before the first)
         self._step_end: list[np.ndarray] = []
         self._itl_count: list[np.ndarray] = []
         self._extra_itl: list[tuple[float, int, int]] = []
-        # steps not yet flushed, one column each
-        self._t0 = array("d")
+        # steps not yet flushed: per step its end and queue length; per run of steps with one
+        # batch (a single step is a run of one) its start, length, batch size, and tokens and
+        # ITL count of its first and later steps
         self._t1 = array("d")
-        self._seqs = array("q")
-        self._tokens = array("q")
         self._waiting = array("q")
-        self._count = array("q")
+        self._r_start = array("d")
+        self._r_len = array("q")
+        self._r_seqs = array("q")
+        self._r_tokens = array("q")
+        self._r_tokens_rest = array("q")
+        self._r_count = array("q")
+        self._r_count_rest = array("q")
         self._buf_cap = max(16, series_capacity)
         self.series = StepSeries(series_capacity)
         self.trace_steps = trace_steps
@@ -67,22 +76,28 @@ class Recorder:
     # -- hot path -----------------------------------------------------------
     def record_request(self, req: Request) -> None:
         """Append ``req``'s final row."""
-        f, i = self._f, self._i
-        f["arrival"].append(req.arrival)
-        f["first_scheduled"].append(_NAN if req.first_scheduled is None else req.first_scheduled)
-        f["first_token"].append(_NAN if req.first_token is None else req.first_token)
-        f["finish"].append(_NAN if req.finish is None else req.finish)
-        i["id"].append(req.id)
-        i["prompt_len"].append(req.prompt_len)
-        i["output_len"].append(req.output_len)
-        i["num_output_tokens"].append(req.num_output_tokens)
-        i["num_preemptions"].append(req.num_preemptions)
-        i["priority"].append(req.priority)
-        i["state"].append(int(req.state))
-        self._name.append(req.name)
-        self._tenant.append(req.tenant)
-        self._cls.append(req.cls)
-        self._reason.append(req.reason)
+        (arrival, first_scheduled, first_token, finish, rid, prompt_len, output_len,
+         num_output_tokens, num_preemptions, priority, state) = self._appends
+        row = len(self._i["id"])
+        arrival(req.arrival)
+        first_scheduled(_NAN if req.first_scheduled is None else req.first_scheduled)
+        first_token(_NAN if req.first_token is None else req.first_token)
+        finish(_NAN if req.finish is None else req.finish)
+        rid(req.id)
+        prompt_len(req.prompt_len)
+        output_len(req.output_len)
+        num_output_tokens(req.num_output_tokens)
+        num_preemptions(req.num_preemptions)
+        priority(req.priority)
+        state(req.state)
+        if req.name is not None:
+            self._name[row] = req.name
+        if req.tenant is not None:
+            self._tenant[row] = req.tenant
+        if req.cls is not None:
+            self._cls[row] = req.cls
+        if req.reason is not None:
+            self._reason[row] = req.reason
 
     def record_step(
         self,
@@ -95,12 +110,15 @@ class Recorder:
     ) -> None:
         """One step: its span, batch and queue, and ``itl_count`` tokens emitted with the step's
         inter-token gap (its end minus the previous step's end)."""
-        self._t0.append(t_start)
         self._t1.append(t_end)
-        self._seqs.append(num_seqs)
-        self._tokens.append(num_tokens)
         self._waiting.append(num_waiting)
-        self._count.append(itl_count)
+        self._r_start.append(t_start)
+        self._r_len.append(1)
+        self._r_seqs.append(num_seqs)
+        self._r_tokens.append(num_tokens)
+        self._r_tokens_rest.append(num_tokens)
+        self._r_count.append(itl_count)
+        self._r_count_rest.append(itl_count)
         if len(self._t1) >= self._buf_cap:
             self._flush()
 
@@ -119,38 +137,41 @@ class Recorder:
         ``num_waiting`` holds the queue length at the start of each step.
         The same rows as :meth:`record_step` once per step.
         """
-        k = len(ends)
-        t0 = self._t0
-        t0.append(t_start)
-        t0.extend(ends[:-1])
         self._t1.extend(ends)
-        self._seqs.extend(repeat(num_seqs, k))
-        tokens, count = self._tokens, self._count
-        tokens.append(num_tokens[0])
-        tokens.extend(repeat(num_tokens[1], k - 1))
-        count.append(itl_count[0])
-        count.extend(repeat(itl_count[1], k - 1))
         self._waiting.extend(num_waiting)
+        self._r_start.append(t_start)
+        self._r_len.append(len(ends))
+        self._r_seqs.append(num_seqs)
+        self._r_tokens.append(num_tokens[0])
+        self._r_tokens_rest.append(num_tokens[1])
+        self._r_count.append(itl_count[0])
+        self._r_count_rest.append(itl_count[1])
         if len(self._t1) >= self._buf_cap:
             self._flush()
 
     def _flush(self) -> None:
         if not self._t1:
             return
-        t0 = np.array(self._t0, dtype=np.float64)
         t1 = np.array(self._t1, dtype=np.float64)
-        seqs = np.array(self._seqs, dtype=np.int64)
-        tokens = np.array(self._tokens, dtype=np.int64)
-        waiting = np.array(self._waiting, dtype=np.int64)
-        count = np.array(self._count, dtype=np.int64)
-        for col in (self._t0, self._t1, self._seqs, self._tokens, self._waiting, self._count):
+        waiting = np.array(self._waiting, dtype=np.float64)
+        k = np.array(self._r_len, dtype=np.int64)
+        first = np.cumsum(k) - k  # each run's first step
+        t0 = np.empty_like(t1)  # a step starts where the one before it in its run ended
+        t0[1:] = t1[:-1]
+        t0[first] = self._r_start
+        seqs = np.repeat(np.array(self._r_seqs, dtype=np.int64), k)
+        tokens = np.repeat(np.array(self._r_tokens_rest, dtype=np.float64), k)
+        tokens[first] = self._r_tokens
+        count = np.repeat(np.array(self._r_count_rest, dtype=np.int32), k)
+        count[first] = self._r_count
+        for col in (self._t1, self._waiting, self._r_start, self._r_len, self._r_seqs,
+                    self._r_tokens, self._r_tokens_rest, self._r_count, self._r_count_rest):
             del col[:]
         self._steps_flushed += len(t1)
         self._sum_batch += int(seqs.sum())
         self._step_end.append(t1)
-        self._itl_count.append(count.astype(np.int32))
-        self.series.add_steps(t0, t1, seqs.astype(np.float64), tokens.astype(np.float64),
-                              waiting.astype(np.float64))
+        self._itl_count.append(count)
+        self.series.add_steps(t0, t1, seqs.astype(np.float64), tokens, waiting)
 
     @property
     def num_steps(self) -> int:
@@ -200,9 +221,9 @@ class Recorder:
         for c, a in self._f.items():
             cols[c] = np.array(a, dtype=np.float64)[order]
         idx = order.tolist()
-        for c, lst in (("name", self._name), ("tenant", self._tenant), ("cls", self._cls),
-                       ("reason", self._reason)):
-            cols[c] = [lst[k] for k in idx]
+        for c, sparse in (("name", self._name), ("tenant", self._tenant), ("cls", self._cls),
+                          ("reason", self._reason)):
+            cols[c] = [sparse.get(k) for k in idx] if sparse else [None] * len(idx)
         return cols
 
     def _steps(self) -> tuple[np.ndarray, np.ndarray]:

@@ -155,6 +155,14 @@ class DecodeOnlyPolicy(Policy):
         """Move waiting requests into the batch (via :meth:`join`) as the policy allows."""
         raise NotImplementedError
 
+    def join_fcfs(self, room: int) -> None:
+        """:meth:`join` the first ``room`` waiting requests (or all, if fewer wait)."""
+        waiting = self.ctx.waiting
+        join = self.join
+        while waiting and room > 0:
+            join(waiting.popleft())
+            room -= 1
+
     def join(self, req: Request) -> None:
         """Put ``req`` into the batch for the next step.
 

@@ -35,8 +35,4 @@ class Continuous(KVDecodePolicy):
         if self.kv is not None:
             self.admit_fcfs()
             return
-        waiting = self.ctx.waiting
-        room = self.params.max_batch - self.batch.size
-        while waiting and room > 0:
-            self.join(waiting.popleft())
-            room -= 1
+        self.join_fcfs(self.params.max_batch - self.batch.size)

@@ -73,6 +73,8 @@ class KVDecodePolicy(DecodeOnlyPolicy):
             self.complete_step = DecodeOnlyPolicy.complete_step.__get__(self)  # type: ignore[method-assign]
             self.continue_step = DecodeOnlyPolicy.continue_step.__get__(self)  # type: ignore[method-assign]
             self.finished = DecodeOnlyPolicy.finished.__get__(self)  # type: ignore[method-assign]
+            self.ready_plan = DecodeOnlyPolicy.ready_plan.__get__(self)  # type: ignore[method-assign]
+            self.join = DecodeOnlyPolicy.join.__get__(self)  # type: ignore[method-assign]
             return
         p: Any = params
         self.head_of_line = p.kv_admission == "head_of_line"

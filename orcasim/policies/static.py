@@ -34,8 +34,4 @@ class Static(KVDecodePolicy):
         if self.kv is not None:
             self.admit_fcfs()
             return
-        waiting = self.ctx.waiting
-        room = self.params.max_batch
-        while waiting and room > 0:
-            self.join(waiting.popleft())
-            room -= 1
+        self.join_fcfs(self.params.max_batch)
