@@ -83,6 +83,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--variant", dest="variants", action="append", default=None, metavar="NAME",
                    help="run only this variant (repeatable)")
     r.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
+    r.add_argument("--csv", action="store_true",
+                   help="also write the per-request rows as requests.csv (requests.parquet "
+                   "is always written)")
     add_metric_options(r)
     r.set_defaults(handler=run)
 
@@ -106,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     res = simulate(sc, seed, variants=args.variants, trace_steps=args.steps, workloads=drawn)
     apply_percentiles(res, args)
     _print_results(res, args.steps)
-    written = res.write(out, plots=not args.no_plots)
+    written = res.write(out, plots=not args.no_plots, requests_csv=args.csv)
     written += write_metric_vocabularies(res, args, out)
     print(f"\nwrote {len(written)} files to {out}/: {', '.join(p.name for p in written)}")
     return 0
