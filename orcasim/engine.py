@@ -17,8 +17,10 @@ the policy apply the step's effects, and records the step. A step is one
 SimPy event whatever the batch size.
 
 Runs of steps in which the batch cannot change (decode-only policies that
-offer :meth:`~orcasim.policies.base.DecodeOnlyPolicy.decode_run`: nobody
-finishes before the run's last step, and no arrival could join before it)
+offer :meth:`~orcasim.policies.base.DecodeOnlyPolicy.decode_run`, and
+token-level policies in steps where every running request decodes one token
+(:meth:`~orcasim.policies.base.TokenPolicy.decode_run`): nobody finishes
+before the run's last step, and no arrival could join before it)
 are charged as one timeout: the engine adds up the steps' latencies one by
 one, exactly as it would step by step, and the policy and the recorder take
 the whole run at its end. For the same policies, the source releases
@@ -35,6 +37,7 @@ request is aborted, and the engine runs no more steps.
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Generator
 
 import simpy
@@ -75,9 +78,8 @@ class Engine:
         self.waiting_on: simpy.Event | None = None
         #: the run in flight: (first plan, its latency, busy time before, decode_run, ends)
         self._run: tuple | None = None
-        if (self.fast_paths and getattr(policy, "runs_unchanged", False)
-                and not policy.event_driven
-                and self._runs_allowed() and not ctx.waiting):
+        if (self.fast_paths and policy._runs and not policy.event_driven
+                and self._runs_allowed() and type(ctx.waiting) is deque and not ctx.waiting):
             ctx.source.release_lazily()  # type: ignore[union-attr]
         self.process = env.process(self.run())
         for proc in policy.processes():
@@ -260,7 +262,10 @@ class Engine:
                 run = None
                 if (runs is not None and ctx.gate is None and ctx._step_end is None
                         and ctx.clients is None and type(ctx.source) is OpenLoopSource):
-                    run = runs()  # the conditions of _runs_allowed, inline: once per step
+                    run = runs(plan)  # the conditions of _runs_allowed, inline: once per step
+                    if (run is not None and plan.scheduled is not None
+                            and self.latency.decode_coefficients(run[0]) is None):
+                        run = None  # the model may read the listed requests: step by step
                 if run is not None:  # the batch runs unchanged for len(ends) steps
                     ends, run_busy = self._run_ends(t0, dt, busy, run)
                     waits = ctx.source.queued_by(num_waiting, ends)  # type: ignore[union-attr]

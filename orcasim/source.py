@@ -67,6 +67,18 @@ class Backlog:
         self._materialize()
         return iter(self._head)
 
+    def __getitem__(self, i: int) -> Request:
+        head = self._head
+        if i < 0:
+            self._materialize()
+        else:
+            src = self._source
+            while len(head) <= i and self._lo < self._hi:
+                k = self._lo
+                self._lo = k + 1
+                head.append(src._request(k, src._arrival[k]))
+        return head[i]
+
     def release(self, hi: int) -> None:
         """Requests up to index ``hi`` (exclusive) have arrived."""
         self._hi = hi

@@ -19,8 +19,8 @@ from orcasim.simulation import build_model, generate_workload
 
 def run_both(overrides: dict, n: int = 1500, variant: str = "continuous", stop_at=None):
     """The seed scenario with ``overrides``, run with and without runs: (per-step, runs)."""
-    cfg = orcasim.load_scenario("seed_orca").override(
-        {"workload.num_requests": n, **overrides}).variant(variant)
+    sc = orcasim.load_scenario("seed_orca").override({"workload.num_requests": n, **overrides})
+    cfg = sc.variants[0] if variant is None else sc.variant(variant)
     arrays = generate_workload(cfg)
     out = []
     for flag in (False, True):
@@ -76,7 +76,7 @@ SCENARIOS = {
     # KV memory: step by step, but arrivals released lazily; preemptions put requests back
     "kv_limited": {"memory": {"block_size": 16, "num_blocks": 400}},
     "kv_limited_skip": {"memory": {"block_size": 16, "num_blocks": 300},
-                        "policy.kv_admission": "skip", "workload.arrival.rate": 3.0},
+                        "policy.kv_admission": "skip", "workload.num_requests": 300},
 }
 
 
@@ -126,3 +126,31 @@ def test_until_fires_at_a_time_no_delay_reaches():
     assert seen == [at]
     with pytest.raises(ValueError, match="in the past"):
         Until(env, 0.0)
+
+
+TOKEN_POLICIES = {
+    "fcfs": {"type": "fcfs"},
+    "sarathi": {"type": "sarathi", "token_budget": 256},
+    "prefill-first": {"type": "prefill-first"},
+    "decode-first": {"type": "decode-first", "refill_below": 4},
+    "priority-preempt": {"type": "priority", "preempt": True},
+    "srpt": {"type": "srpt", "sigma": 0.5},
+    "sjf": {"type": "sjf"},
+    "edf": {"type": "edf", "default_deadline": 30.0},
+    "vtc": {"type": "vtc"},
+}
+
+
+@pytest.mark.parametrize("rate", [30.0, 2.0])
+@pytest.mark.parametrize("name", TOKEN_POLICIES)
+def test_token_policy_runs_equal_per_step_simulation(name, rate):
+    policy = {**TOKEN_POLICIES[name], "max_batch": 16}
+    over = {"policy": policy, "variants": None, "workload.arrival.rate": rate,
+            "engine.latency.per_prefill_token": 0.0001}
+    if name in ("priority-preempt", "vtc"):
+        over["workload.classes"] = [{"name": "interactive", "weight": 1, "priority": 0},
+                                    {"name": "batch", "weight": 2, "priority": 1}]
+    slow, fast = run_both(over, n=600, variant=None)
+    assert_identical(slow, fast)
+    if name != "vtc":  # fair-share policies charge every step: no runs
+        assert fast["events"] < slow["events"] * 0.8

@@ -72,6 +72,11 @@ class Policy:
         """Wait as needed, then return the next step's plan (``None``: no more work)."""
         raise NotImplementedError
 
+    #: whether the engine may run unchanged decode steps in one event (see ``decode_run``);
+    #: such a policy also polls arrivals at every boundary and waits only on ``ctx.arrival``
+    #: (or :meth:`SchedulerContext.wake_event`), so its source may release them lazily
+    _runs: bool = False
+
     #: optional fast path: ``() -> StepPlan | None``, the next plan when one is ready without
     #: waiting (``None``: ask :meth:`next_step`); saves a generator per step in hot loops
     ready_plan: Callable[[], StepPlan | None] | None = None
@@ -150,6 +155,7 @@ class DecodeOnlyPolicy(Policy):
         self._joined: list[Request] = []
         self._deferred: list[Request] = []  # admitted during a step in flight
         self._listens = self.event_driven  # its processes may admit at any time
+        self._runs = self.runs_unchanged
 
     def admit(self) -> None:
         """Move waiting requests into the batch (via :meth:`join`) as the policy allows."""
@@ -263,7 +269,7 @@ class DecodeOnlyPolicy(Policy):
         """Whether a request that arrives now could join the batch at the next boundary."""
         return True
 
-    def decode_run(self) -> tuple[int, int, int, bool] | None:
+    def decode_run(self, plan: StepPlan | None = None) -> tuple[int, int, int, bool] | None:
         """After the step just planned, how the batch runs on unchanged (the engine's fast path).
 
         ``(size, kv, max_steps, room)``: the batch's ``size`` sequences read
@@ -273,7 +279,7 @@ class DecodeOnlyPolicy(Policy):
         at the first step ending at or after the next arrival. ``None``: step
         by step (memory limits, event-driven processes, a joiner still deferred).
         """
-        if not self.runs_unchanged or self._listens or self._deferred or getattr(
+        if not self._runs or self._listens or self._deferred or getattr(
                 self, "kv", None) is not None:
             return None
         batch = self.batch
@@ -328,6 +334,8 @@ class TokenPolicy(Policy):
     def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
         self.running: list[Request] = []
+        #: runs offered: the class says so and keeps the plain step rule and effects
+        self._runs = self.runs_unchanged and type(self).complete_step is TokenPolicy.complete_step
 
     def next_step(self) -> Generator[simpy.Event, Any, StepPlan | None]:
         """Run the batch as it is; with nothing running, wait for an arrival or an admission."""
@@ -391,6 +399,66 @@ class TokenPolicy(Policy):
             for req in finished:
                 self.release(req)
                 ctx.finish(req, t_end)
+
+    #: whether :meth:`decode_run` may offer runs: the policy's plan of a step depends only on
+    #: the running requests (which all decode), the waiting queue and arrivals, and a step has
+    #: no effect beyond :meth:`complete_step`
+    runs_unchanged: ClassVar[bool] = False
+    #: whether a waiting request may take the place of a running one (then every arrival
+    #: ends a run, since it may preempt)
+    preemptive: bool = False
+
+    def has_room(self) -> bool:
+        """Whether a waiting request could be admitted at the next boundary."""
+        slots = self.ctx.slots
+        return slots.count < slots.capacity
+
+    def decode_run(self, plan: StepPlan | None = None) -> tuple[int, int, int, bool] | None:
+        """After ``plan``, how many steps the batch can decode unchanged (the engine's fast path).
+
+        Only when ``plan`` runs every running request for one decode token,
+        without memory limits: then each following step does the same until
+        a request finishes, as long as nobody is admitted (the batch has no
+        room, or nobody waits) and no arrival may preempt. Returns
+        ``(size, kv, max_steps, room)`` as
+        :meth:`DecodeOnlyPolicy.decode_run`; ``room``: every arrival ends the run.
+        """
+        if (not self._runs or plan is None or self.event_driven
+                or getattr(self, "mem", None) is not None):
+            return None
+        running = self.running
+        size = len(running)
+        if plan.num_seqs != size or plan.num_decode_tokens != size or plan.num_prefill_tokens:
+            return None
+        room = self.has_room()
+        if room and self.ctx.waiting:
+            return None  # someone waits and could join: the policy holds it back for a reason
+        left = min(r.output_len - r.num_output_tokens for r in running)
+        return size, plan.num_kv_tokens + size, left, room or self.preemptive
+
+    def complete_run(self, plan: StepPlan, ends: list[float]) -> None:
+        """``plan``, then the same decode step ``len(ends) - 1`` more times, ending at ``ends``.
+
+        Only within what :meth:`decode_run` allowed: the first step as
+        :meth:`complete_step` does it, the ones between in bulk (one token for
+        every request each, none finishes), the last one as
+        :meth:`complete_step` again, so its finishers end as they would.
+        """
+        ctx = self.ctx
+        self.complete_step(plan, ctx.last_step_end, ends[0])
+        k = len(ends)
+        if k == 1:
+            return
+        scheduled = plan.scheduled or []
+        if k > 2:
+            more, t = k - 2, ends[-2]
+            for req, _ in scheduled:
+                req.num_computed_tokens += more
+                req.num_output_tokens += more
+                req.last_token = t
+        ctx.last_step_end = ends[-2]
+        last = self.make_plan([(req, 1) for req, _ in scheduled])
+        self.complete_step(last, ends[-2], ends[-1])
 
     def release(self, req: Request) -> None:
         """``req`` left the batch (finished, preempted, dropped): free its KV memory."""

@@ -67,12 +67,16 @@ class BatchPolicy(TokenPolicy):
     models_kv_memory: ClassVar[bool] = True
     #: whether :meth:`victim` is consulted when the batch is full
     preemptive: bool = False
+    runs_unchanged = True
 
     def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
         self.chunked: bool = bool(getattr(params, "chunked_prefill", False))
         self.mem: TokenMemory | None = None
         self._preempted_for_memory = False
+        cls = type(self)  # runs need the plain step rule and effects (see TokenPolicy.decode_run)
+        self._runs = (self.runs_unchanged and cls.next_step is BatchPolicy.next_step
+                      and cls.complete_step is BatchPolicy.complete_step)
         if ctx is not None and ctx.kv.limited:
             p: Any = params
             self.mem = TokenMemory(ctx.kv, getattr(p, "preemption", "recompute"),
