@@ -185,8 +185,10 @@ class SchedulerContext:
         simulator processes simultaneous events.
         """
         src = self.source
-        if src is not None and src.pending_until(self.env.now):
-            src.flush(self.env.now)
+        if src is not None:
+            now = self.env._now  # the clock, read directly: once per step boundary
+            if src.pending_until(now):
+                src.flush(now)
 
     def submit(self, req: Request) -> None:
         """A request arrives: admission control, then queue it and wake a waiting policy."""
@@ -224,7 +226,7 @@ class SchedulerContext:
             self.slots.admit(req)
         req.state = RUNNING
         if req.first_scheduled is None:
-            now = self.env.now
+            now = self.env._now
             req.first_scheduled = now if self.busy_until <= now else self.busy_until
             self.num_started += 1
         ev = self._admitted

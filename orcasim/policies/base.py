@@ -177,7 +177,7 @@ class DecodeOnlyPolicy(Policy):
         """
         ctx = self.ctx
         ctx.admit(req)
-        if ctx.busy_until > ctx.env.now:
+        if ctx.busy_until > ctx.env._now:
             self._deferred.append(req)
             return
         self.batch.add(req)
