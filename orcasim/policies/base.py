@@ -400,9 +400,11 @@ class TokenPolicy(Policy):
                 self.release(req)
                 ctx.finish(req, t_end)
 
-    #: whether :meth:`decode_run` may offer runs: the policy's plan of a step depends only on
-    #: the running requests (which all decode), the waiting queue and arrivals, and a step has
-    #: no effect beyond :meth:`complete_step`
+    #: whether :meth:`decode_run` may offer runs (a policy opts in, and the engine's tests
+    #: compare it with step-by-step simulation): its plan of a step depends only on the
+    #: running requests (which all decode), the waiting queue and arrivals, its victim for
+    #: a waiting request cannot appear without an arrival, and a step has no effect beyond
+    #: :meth:`complete_step`
     runs_unchanged: ClassVar[bool] = False
     #: whether a waiting request may take the place of a running one (then every arrival
     #: ends a run, since it may preempt)

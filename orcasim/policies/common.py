@@ -67,7 +67,6 @@ class BatchPolicy(TokenPolicy):
     models_kv_memory: ClassVar[bool] = True
     #: whether :meth:`victim` is consulted when the batch is full
     preemptive: bool = False
-    runs_unchanged = True
 
     def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
