@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import time
+
 import numpy as np
 import pandas as pd
 
@@ -9,6 +12,7 @@ import orcasim
 from orcasim.cli import main
 from orcasim.metrics import plots
 from orcasim.metrics.request_table import request_table
+from orcasim.progress import Progress
 
 
 def _same(a: pd.DataFrame, b: pd.DataFrame) -> None:
@@ -73,3 +77,28 @@ def test_a_long_cdf_is_drawn_through_its_quantiles():
     np.testing.assert_array_equal(y, k / s.size)
     assert len(short.get_xdata()) == 100
     plt.close(fig)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_line_on_a_terminal_only():
+    sc = orcasim.load_scenario("seed_orca").override({"workload.num_requests": 3000})
+    tty = _Terminal()
+    with Progress(tty, interval=0.001) as progress:
+        res = orcasim.simulate(sc, variants=["continuous"], on_model=progress.watch)
+        line = progress.line()
+        for _ in range(400):  # the side thread writes within a few of its intervals
+            if "requests done" in tty.getvalue():
+                break
+            time.sleep(0.005)
+    assert line == "continuous: t={:,.1f} s, 3,000/3,000 requests done".format(
+        res["continuous"].summary["makespan_s"])
+    out = tty.getvalue()
+    assert "requests done" in out and out.endswith("\r")  # the line is cleared at the end
+    plain = io.StringIO()
+    with Progress(plain, interval=0.001) as progress:
+        orcasim.simulate(sc, variants=["continuous"], on_model=progress.watch)
+    assert plain.getvalue() == "" and not progress.enabled
