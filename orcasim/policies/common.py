@@ -80,6 +80,8 @@ class BatchPolicy(TokenPolicy):
             p: Any = params
             self.mem = TokenMemory(ctx.kv, getattr(p, "preemption", "recompute"),
                                    getattr(p, "watermark", 0.0))
+        if self.mem is not None or not self._runs:  # step by step: spare the engine the ask
+            self.decode_run = None  # type: ignore[assignment]
 
     def next_step(self) -> Generator[simpy.Event, Any, StepPlan | None]:
         ctx = self.ctx

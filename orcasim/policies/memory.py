@@ -76,6 +76,7 @@ class KVDecodePolicy(DecodeOnlyPolicy):
             self.ready_plan = DecodeOnlyPolicy.ready_plan.__get__(self)  # type: ignore[method-assign]
             self.join = DecodeOnlyPolicy.join.__get__(self)  # type: ignore[method-assign]
             return
+        self.decode_run = None  # type: ignore[assignment]  # memory: step by step
         p: Any = params
         self.head_of_line = p.kv_admission == "head_of_line"
         self.swap = p.preemption == "swap"
