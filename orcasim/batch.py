@@ -91,6 +91,21 @@ class DecodeBatch:
             done.append(req)
         return done
 
+    def first_finish(self) -> int:
+        """Steps from now until the first member may finish (the next step is 1).
+
+        A member removed early may still hold the earliest entry, so no
+        member finishes *before* this step; one may not finish at it.
+        """
+        return self._heap[0][0] - self.num_steps
+
+    def skip(self, k: int) -> None:
+        """Run ``k`` steps in which nobody finishes (``k < first_finish()``), as ``k`` advances."""
+        if not 0 <= k < self.first_finish():
+            raise ValueError(f"cannot skip {k} steps: a member finishes in {self.first_finish()}")
+        self.num_steps += k
+        self.num_kv_tokens += self.size * k
+
     def output_tokens(self, req: Request) -> int:
         """Tokens ``req`` has generated so far (members are tracked lazily)."""
         if req._batch_seq < 0:

@@ -119,6 +119,9 @@ class SchedulerContext:
         ev = self._arrival
         if ev is None:
             ev = self._arrival = self.env.event()
+            src = self.source
+            if src is not None and src.lazy:
+                src.arm()
         return ev
 
     @property
@@ -182,8 +185,10 @@ class SchedulerContext:
         simulator processes simultaneous events.
         """
         src = self.source
-        if src is not None and src.pending_until(self.env.now):
-            src.flush(self.env.now)
+        if src is not None:
+            now = self.env._now  # the clock, read directly: once per step boundary
+            if src.pending_until(now):
+                src.flush(now)
 
     def submit(self, req: Request) -> None:
         """A request arrives: admission control, then queue it and wake a waiting policy."""
@@ -203,6 +208,13 @@ class SchedulerContext:
         ev, self._arrival = self._arrival, None
         self._fire(ev)
 
+    def released(self, count: int) -> None:
+        """A lazy source released ``count`` requests into its backlog (``waiting``)."""
+        if count:
+            self.recorder.num_arrived += count
+            ev, self._arrival = self._arrival, None
+            self._fire(ev)
+
     # -- life cycle ------------------------------------------------------------
     def admit(self, req: Request) -> None:
         """``req`` joins the running batch: it takes a batch slot and runs from the next step.
@@ -214,7 +226,7 @@ class SchedulerContext:
             self.slots.admit(req)
         req.state = RUNNING
         if req.first_scheduled is None:
-            now = self.env.now
+            now = self.env._now
             req.first_scheduled = now if self.busy_until <= now else self.busy_until
             self.num_started += 1
         ev = self._admitted

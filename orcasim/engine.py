@@ -16,6 +16,19 @@ step's latency (plus any KV swap time the plan carries) as one timeout, lets
 the policy apply the step's effects, and records the step. A step is one
 SimPy event whatever the batch size.
 
+Runs of steps in which the batch cannot change (decode-only policies that
+offer :meth:`~orcasim.policies.base.DecodeOnlyPolicy.decode_run`, and
+token-level policies in steps where every running request decodes one token
+(:meth:`~orcasim.policies.base.TokenPolicy.decode_run`): nobody finishes
+before the run's last step, and no arrival could join before it)
+are charged as one timeout: the engine adds up the steps' latencies one by
+one, exactly as it would step by step, and the policy and the recorder take
+the whole run at its end. For the same policies, the source releases
+arrivals into a backlog at step boundaries and wakes on its own only for an
+idle policy (:meth:`~orcasim.source.OpenLoopSource.release_lazily`). The
+results are those of per-step simulation, bit for bit
+(``Engine.fast_paths = False`` turns both off).
+
 A hard stop (:meth:`Engine.stop`) interrupts the process, in a step or while
 the policy waits: the step in flight is lost, every running and waiting
 request is aborted, and the engine runs no more steps.
@@ -23,21 +36,30 @@ request is aborted, and the engine runs no more steps.
 
 from __future__ import annotations
 
+import heapq
+from collections import deque
 from collections.abc import Generator
 
 import simpy
+from simpy.events import NORMAL
 
 from orcasim.admission.base import reject_all
 from orcasim.context import SchedulerContext
 from orcasim.errors import SimulationError
 from orcasim.latency.base import LatencyModel
+from orcasim.plan import StepPlan
 from orcasim.policies.base import Policy
+from orcasim.source import OpenLoopSource
 
 MAX_EMPTY_STEPS = 1000
 
 
 class Engine:
     """Runs the policy's steps, charging each by the latency model."""
+
+    #: advance runs of unchanged-batch steps in one event, and let the source release
+    #: arrivals lazily where that changes nothing (off: one event per step and per arrival)
+    fast_paths: bool = True
 
     def __init__(
         self,
@@ -54,6 +76,11 @@ class Engine:
         self.stopped = False
         #: the event the engine waits on with the policy, while nothing runs (for stall reports)
         self.waiting_on: simpy.Event | None = None
+        #: the run in flight: (first plan, its latency, busy time before, decode_run, ends)
+        self._run: tuple | None = None
+        if (self.fast_paths and policy._runs and not policy.event_driven
+                and self._runs_allowed() and type(ctx.waiting) is deque and not ctx.waiting):
+            ctx.source.release_lazily()  # type: ignore[union-attr]
         self.process = env.process(self.run())
         for proc in policy.processes():
             env.process(proc)
@@ -61,6 +88,10 @@ class Engine:
     def stop(self, reason: str) -> None:
         """Hard stop: abort what runs and waits with ``reason``; later arrivals are ``stopped``."""
         self.stopped = True
+        src = self.ctx.source
+        if src is not None and src.lazy:  # what arrived is queued (and aborted); later
+            src.flush(self.env.now)  # arrivals are rejected as they come
+            src.release_eagerly()
         self.ctx.gate = reject_all("stopped")
         if self.process.is_alive:
             self.process.interrupt(reason)
@@ -77,6 +108,91 @@ class Engine:
             ctx.abort(req, reason)
         ctx.waiting.clear()
 
+    def _runs_allowed(self) -> bool:
+        """Whether nothing but the clock's arrivals can change the batch during a run.
+
+        Admission gates, clients that give up, step-end listeners and sources
+        other than the plain open-loop one could act between steps, so their
+        presence keeps the engine stepping one event at a time.
+        """
+        ctx = self.ctx
+        return (ctx.gate is None and ctx.clients is None and ctx._step_end is None
+                and type(ctx.source) is OpenLoopSource)
+
+    def _run_ends(
+        self, t0: float, dt: float, busy: float, run: tuple[int, int, int, bool]
+    ) -> tuple[list[float], float]:
+        """The step ends of a run whose first step takes ``dt`` from ``t0``, and the busy time.
+
+        ``run`` is the policy's :meth:`decode_run`: after the first step,
+        ``size`` sequences read ``kv`` KV tokens (``size`` more each step) for
+        at most ``max_steps`` steps in all; with ``room``, the run stops at
+        the first step that ends at or after the next arrival, which may join.
+        Each end is the previous one plus the step's latency, in the order the
+        step-by-step engine adds them.
+        """
+        size, kv, max_steps, room = run
+        t = t0 + dt
+        busy += dt
+        ends = [t]
+        if max_steps > 1:
+            limit = self.ctx.source.next_arrival() if room else None  # type: ignore[union-attr]
+            if limit is None or t < limit:
+                if limit is None:
+                    limit = float("inf")
+                append = ends.append
+                coef = self.latency.decode_coefficients(size)
+                if coef is not None and coef[0] > 0.0:  # a + c * kv, c >= 0: every step > 0
+                    a, c = coef
+                    for _ in range(max_steps - 1):
+                        d = a + c * kv
+                        t += d
+                        busy += d
+                        append(t)
+                        if t >= limit:
+                            break
+                        kv += size
+                else:
+                    step_time = self.latency.step_time
+                    plan = StepPlan(size, kv)
+                    for _ in range(max_steps - 1):
+                        d = step_time(plan)
+                        if not d > 0.0:
+                            raise SimulationError(
+                                f"latency model {self.latency.type_name!r} returned a step "
+                                f"time of {d!r} s; it must be > 0")
+                        t += d
+                        busy += d
+                        append(t)
+                        if t >= limit:
+                            break
+                        plan.num_kv_tokens += size
+        return ends, busy
+
+    def _cut_run(self, t0: float) -> tuple[float, float]:
+        """The run in flight was interrupted: apply and record its steps that ended by now.
+
+        Returns the start of the step in flight and the busy time before it,
+        both as the step-by-step engine would have them.
+        """
+        plan, dt, busy, run, ends, waits = self._run  # type: ignore[misc]
+        now = self.env.now
+        done = [t for t in ends if t <= now]
+        if not done:
+            return t0, busy
+        _, busy = self._run_ends(t0, dt, busy, (run[0], run[1], len(done), False))
+        self._record_run(plan, t0, done, waits[:len(done)], run[0])
+        return done[-1], busy
+
+    def _record_run(self, plan: StepPlan, t0: float, ends: list[float], waits: list[int],
+                    size: int) -> None:
+        """The policy takes the run's effects, then the recorder its steps."""
+        ctx = self.ctx
+        self.policy.complete_run(plan, ends)  # type: ignore[attr-defined]
+        ctx.last_step_end = ends[-1]
+        ctx.recorder.record_run(t0, ends, plan.num_seqs, (plan.num_tokens, size), waits,
+                                (plan.num_itl_tokens, size))
+
     def run(self) -> Generator[simpy.Event, object, None]:
         env = self.env
         ctx = self.ctx
@@ -91,6 +207,7 @@ class Engine:
         busy = 0.0
         t0 = -1.0  # start of the latest step; a step is in flight while t0 >= prev_end
         ready = policy.ready_plan
+        runs = getattr(policy, "decode_run", None) if self.fast_paths and not trace else None
         queue = env._queue
         gen = None  # the policy's decision in progress (its next_step generator)
         ev: simpy.Event | None = None  # the event that decision waits on
@@ -141,8 +258,27 @@ class Engine:
                     )
                 dt += plan.swap_time
                 t0 = env.now
-                ctx.busy_until = t0 + dt
                 num_waiting = len(ctx.waiting)
+                run = None
+                if (runs is not None and ctx.gate is None and ctx._step_end is None
+                        and ctx.clients is None and type(ctx.source) is OpenLoopSource):
+                    run = runs(plan)  # the conditions of _runs_allowed, inline: once per step
+                    if (run is not None and plan.scheduled is not None
+                            and self.latency.decode_coefficients(run[0]) is None):
+                        run = None  # the model may read the listed requests: step by step
+                if run is not None:  # the batch runs unchanged for len(ends) steps
+                    ends, run_busy = self._run_ends(t0, dt, busy, run)
+                    waits = ctx.source.queued_by(num_waiting, ends)  # type: ignore[union-attr]
+                    t1 = ends[-1]
+                    ctx.busy_until = t1
+                    self._run = (plan, dt, busy, run, ends, waits)
+                    yield Until(env, t1)
+                    self._run = None
+                    self._record_run(plan, t0, ends, waits, run[0])
+                    prev_end = t1
+                    self.busy_time = busy = run_busy
+                    continue
+                ctx.busy_until = t0 + dt
                 labels = policy.batch_labels(plan) if trace else None
                 yield timeout(env, dt)
                 t1 = env.now
@@ -153,15 +289,38 @@ class Engine:
                     ctx.end_step(t1)
                 if labels is not None:
                     rec.record_batch(t0, t1, labels)
-                record_step(t0, t1, plan.num_seqs, plan.num_tokens, num_waiting, t1 - prev_end,
+                record_step(t0, t1, plan.num_seqs, plan.num_tokens, num_waiting,
                             plan.num_itl_tokens)
                 prev_end = t1
                 self.busy_time = busy
         except simpy.Interrupt as stop:
+            if self._run is not None:  # in a run: the steps that ended count, the one in flight
+                # is lost
+                t0, busy = self._cut_run(t0)
             if t0 >= prev_end:  # the step in flight is lost, but the GPU was busy with it
                 self.busy_time = busy + env.now - t0
             ctx.busy_until = env.now
             self._abort_all(str(stop.cause))
+
+
+class Until(simpy.Timeout):
+    """A timeout that fires at time ``at`` exactly.
+
+    A run's end is the sum of its steps' latencies, added one by one; a
+    delay ``d`` with ``now + d == at`` need not exist in floating point, so
+    the event goes into SimPy's queue at ``at`` itself, as ``env.schedule``
+    would put a timeout at ``now + delay``.
+    """
+
+    def __init__(self, env: simpy.Environment, at: float) -> None:
+        if at < env.now:
+            raise ValueError(f"time {at} is in the past (now {env.now})")
+        self.env = env
+        self.callbacks = []
+        self._value = None
+        self._delay = at - env.now
+        self._ok = True
+        heapq.heappush(env._queue, (at, NORMAL, next(env._eid), self))  # type: ignore[attr-defined]
 
 
 def happened(ev: simpy.Event | None) -> bool:

@@ -52,11 +52,14 @@ def run_variant(
     *,
     trace_steps: bool = False,
     seed: int | None = None,
+    on_model: Callable[[str, Model, int], None] | None = None,
 ) -> VariantResult:
     """Simulate one configuration on ``arrays`` and return its results.
 
     ``seed`` (default: the configuration's) seeds the policies' own generator
-    (``ctx.rng``), which is independent of the workload's.
+    (``ctx.rng``), which is independent of the workload's. ``on_model`` is
+    called with the variant's name, its model and its request count before it
+    runs (e.g. :meth:`orcasim.progress.Progress.watch`).
     """
     client_arrival = None
     if cfg.frontend is not None:  # requests reach the engine's queue after the API server
@@ -64,6 +67,8 @@ def run_variant(
         arrays = replace(arrays, arrival=cfg.frontend.engine_arrivals(arrays.arrival,
                                                                       arrays.prompt_len))
     m = build_model(cfg, arrays, trace_steps=trace_steps, seed=seed)
+    if on_model is not None:
+        on_model(cfg.name, m, len(arrays))
     m.env.run()
     return variant_result(cfg, m, len(arrays), trace_steps=trace_steps,
                           client_arrival=client_arrival)
@@ -249,13 +254,14 @@ def simulate(
     variants: Sequence[str] | None = None,
     trace_steps: bool = False,
     workloads: Mapping[str, WorkloadArrays] | None = None,
+    on_model: Callable[[str, Model, int], None] | None = None,
 ) -> Results:
     """Run a scenario's variants (all, or those named) with ``seed`` and return their results.
 
     Variants whose workload sections are equal share the same generated
     requests, so they are compared on identical input. ``workloads`` (variant
     name -> requests, drawn with the same seed, e.g. by ``orcasim validate``'s
-    checks) saves drawing them again.
+    checks) saves drawing them again. ``on_model``: see :func:`run_variant`.
     """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
@@ -270,5 +276,6 @@ def simulate(
         if key not in cache:
             given = workloads.get(cfg.name) if workloads is not None else None
             cache[key] = given if given is not None else generate_workload(cfg, s)
-        out[cfg.name] = run_variant(cfg, cache[key], trace_steps=trace_steps, seed=s)
+        out[cfg.name] = run_variant(cfg, cache[key], trace_steps=trace_steps, seed=s,
+                                    on_model=on_model)
     return Results(scenario, out, seed=scenario.seed if seed is None else seed)

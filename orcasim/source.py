@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Generator
+from collections import deque
+from collections.abc import Generator, Iterable, Iterator
 
 import simpy
 
@@ -36,13 +37,101 @@ def delay_until(now: float, t: float) -> float:
     return d
 
 
+class Backlog:
+    """The waiting queue of a lazy source: released requests as a range of workload indices.
+
+    A request that arrived but was not taken yet costs nothing: its
+    :class:`~orcasim.request.Request` is made when the policy takes it
+    (:meth:`popleft`, first come first served) or looks at it (iteration,
+    :meth:`remove`). Requests put back (``appendleft``, a preempted or
+    refused one) wait in front of the range; anything appended goes behind
+    it, after the range is made into requests, so the order is the order of
+    a plain deque fed by :meth:`SchedulerContext.submit`.
+    """
+
+    __slots__ = ("_head", "_hi", "_lo", "_source")
+
+    def __init__(self, source: OpenLoopSource) -> None:
+        self._source = source
+        self._head: deque[Request] = deque()
+        self._lo = 0  # first released index not taken yet
+        self._hi = 0  # one past the last released index
+
+    def __len__(self) -> int:
+        return len(self._head) + self._hi - self._lo
+
+    def __bool__(self) -> bool:
+        return self._hi > self._lo or bool(self._head)
+
+    def __iter__(self) -> Iterator[Request]:
+        self._materialize()
+        return iter(self._head)
+
+    def __getitem__(self, i: int) -> Request:
+        head = self._head
+        if i < 0:
+            self._materialize()
+        else:
+            src = self._source
+            while len(head) <= i and self._lo < self._hi:
+                k = self._lo
+                self._lo = k + 1
+                head.append(src._request(k, src._arrival[k]))
+        return head[i]
+
+    def release(self, hi: int) -> None:
+        """Requests up to index ``hi`` (exclusive) have arrived."""
+        self._hi = hi
+
+    def popleft(self) -> Request:
+        if self._head:
+            return self._head.popleft()
+        i = self._lo
+        if i >= self._hi:
+            raise IndexError("pop from an empty queue")
+        self._lo = i + 1
+        return self._source._request(i, self._source._arrival[i])
+
+    def appendleft(self, req: Request) -> None:
+        self._head.appendleft(req)
+
+    def extendleft(self, reqs: Iterable[Request]) -> None:
+        self._head.extendleft(reqs)
+
+    def append(self, req: Request) -> None:
+        self._materialize()
+        self._head.append(req)
+
+    def remove(self, req: Request) -> None:
+        self._materialize()
+        self._head.remove(req)
+
+    def clear(self) -> None:
+        self._head.clear()
+        self._lo = self._hi
+
+    def _materialize(self) -> None:
+        src, head = self._source, self._head
+        for i in range(self._lo, self._hi):
+            head.append(src._request(i, src._arrival[i]))
+        self._lo = self._hi
+
+
 class OpenLoopSource:
     """Releases the workload's requests into ``ctx`` at their arrival times.
 
     Requests are created only when they arrive, so a long workload costs three
     numbers per request until then. Requests with the same arrival time are
     released together.
+
+    After :meth:`release_lazily` (for a policy that polls arrivals at every
+    step boundary and waits for ``ctx.arrival`` only when idle), the clock
+    wakes the source only while someone waits for an arrival, and released
+    requests wait in a :class:`Backlog` until the policy takes them.
     """
+
+    #: released lazily into ``ctx.waiting`` (a :class:`Backlog`), see :meth:`release_lazily`
+    lazy = False
 
     def __init__(self, env: simpy.Environment, ctx: SchedulerContext, arrays: WorkloadArrays):
         self.env = env
@@ -56,8 +145,37 @@ class OpenLoopSource:
         ]
         self._next = 0
         self._n = len(self._arrival)
+        self._armed: simpy.Event | None = None  # what a lazy source sleeps on
+        self._backlog: Backlog | None = None
         ctx.source = self
         self.process = env.process(self.run())
+
+    def release_lazily(self) -> None:
+        """Release into a :class:`Backlog` at step boundaries; wake only for a waiting policy.
+
+        Only for a policy that calls ``ctx.poll_arrivals()`` at every step
+        boundary and otherwise waits on ``ctx.arrival``, with no admission
+        gate or clients (they act at each arrival). ``ctx.waiting`` must be an
+        empty deque; it becomes the backlog.
+        """
+        ctx = self.ctx
+        if type(ctx.waiting) is not deque or ctx.waiting:
+            raise ValueError("a lazy source needs an empty deque as the waiting queue")
+        self._backlog = ctx.waiting = Backlog(self)
+        self._backlog._lo = self._backlog._hi = self._next
+        self.lazy = True
+
+    def release_eagerly(self) -> None:
+        """Back to submitting every request at its arrival time (e.g. after a hard stop)."""
+        self.lazy = False
+        self._backlog = None
+        self.arm()
+
+    def arm(self) -> None:
+        """Someone waits for an arrival: a sleeping lazy source wakes at the next one."""
+        ev = self._armed
+        if ev is not None and not ev.triggered:
+            ev.succeed()
 
     @property
     def exhausted(self) -> bool:
@@ -71,6 +189,15 @@ class OpenLoopSource:
     def flush(self, now: float) -> None:
         """Submit every request with arrival time <= ``now`` that is not yet submitted."""
         i, n, arrival = self._next, self._n, self._arrival
+        backlog = self._backlog
+        if backlog is not None:
+            while i < n and arrival[i] <= now:
+                i += 1
+            count = i - self._next
+            self._next = i
+            backlog.release(i)
+            self.ctx.released(count)
+            return
         submit = self.ctx.submit
         while i < n and arrival[i] <= now:
             req = self._request(i, arrival[i])
@@ -89,9 +216,36 @@ class OpenLoopSource:
         """Arrival time of the next request released by the clock (``None``: none left)."""
         return self._arrival[self._next] if self._next < self._n else None
 
+    def queued_by(self, num_waiting: int, ends: list[float]) -> list[int]:
+        """Queue lengths at the start of each step of a run that starts now and ends at ``ends``.
+
+        The first step starts with ``num_waiting`` queued; each later one also
+        counts the requests released by the end of the step before (every
+        arrival queues: no admission gate, and nobody joins mid-run).
+        """
+        arrival, n = self._arrival, self._n
+        j = self._next
+        w = num_waiting
+        out = [w]
+        if len(ends) > 1 and j < n and arrival[j] <= ends[-2]:
+            for t in ends[:-1]:
+                while j < n and arrival[j] <= t:
+                    j += 1
+                    w += 1
+                out.append(w)
+        else:
+            out *= len(ends)
+        return out
+
     def run(self) -> Generator[simpy.Event, None, None]:
         env = self.env
+        ctx = self.ctx
         while (t := self.next_arrival()) is not None:
+            if self.lazy and ctx._arrival is None:  # nobody waits: sleep until someone does
+                self._armed = env.event()
+                yield self._armed
+                self._armed = None
+                continue
             if t > env.now:
                 yield env.timeout(delay_until(env.now, t))
             self.flush(env.now)

@@ -29,7 +29,8 @@ def test_run_default_scenario_writes_outputs(tmp_path, capsys):
     assert summary["config"]["static"]["policy"] == {
         "type": "static", "max_batch": 32, "prefill": False, "kv_admission": "head_of_line",
         "preemption": "recompute", "victim": "last_admitted", "watermark": 0.0}
-    req = pd.read_csv(tmp_path / "requests.csv")
+    req = pd.read_parquet(tmp_path / "requests.parquet")
+    assert not (tmp_path / "requests.csv").exists()  # only with --csv
     assert len(req) == 1000 and list(req["variant"].unique()) == ["static", "continuous"]
     assert (req["state"] == "finished").all()
     for png in ("gantt.png", "latency_cdf.png", "timeline.png"):

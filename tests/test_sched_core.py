@@ -58,7 +58,7 @@ class OneAtATime(TokenPolicy):
             yield ctx.arrival
 
 
-def test_a_policy_waits_on_slot_freed_while_the_batch_runs():
+def test_a_policy_waits_on_slot_freed_while_the_fast_paths():
     v = simulate([req("a", output=3), req("b", output=2)], {"type": "test-one-at-a-time"})
     # a runs three steps alone; its slot frees at t = 3 and b starts in the very next step
     assert v.format_steps().splitlines() == ["step 1: a", "step 2: a", "step 3: a",

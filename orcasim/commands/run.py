@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orcasim.commands.common import check_output_dir, seed_arg
 from orcasim.errors import UsageError
+from orcasim.progress import Progress
 
 if TYPE_CHECKING:
     from orcasim.metrics.results import Results
@@ -83,6 +85,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--variant", dest="variants", action="append", default=None, metavar="NAME",
                    help="run only this variant (repeatable)")
     r.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
+    r.add_argument("--csv", action="store_true",
+                   help="also write the per-request rows as requests.csv (requests.parquet "
+                   "is always written)")
     add_metric_options(r)
     r.set_defaults(handler=run)
 
@@ -104,10 +109,12 @@ def run(args: argparse.Namespace) -> int:
     drawn = check_scenario(sc, seed, args.variants)
     chosen = [n for n in sc.variant_names if not args.variants or n in args.variants]
     print(f"scenario {sc.name} ({sc.source}), seed {seed}, variants: {', '.join(chosen)}")
-    res = simulate(sc, seed, variants=args.variants, trace_steps=args.steps, workloads=drawn)
+    with Progress(sys.stdout) as progress:
+        res = simulate(sc, seed, variants=args.variants, trace_steps=args.steps, workloads=drawn,
+                       on_model=progress.watch)
     apply_percentiles(res, args)
     _print_results(res, args.steps)
-    written = res.write(out, plots=not args.no_plots)
+    written = res.write(out, plots=not args.no_plots, requests_csv=args.csv)
     written += write_metric_vocabularies(res, args, out)
     written += write_workload_reports(res, out)
     print(f"\nwrote {len(written)} files to {out}/: {', '.join(p.name for p in written)}")

@@ -38,3 +38,9 @@ class LatencyModel:
     def step_time(self, plan: StepPlan) -> float:
         """Seconds taken by one step executing ``plan``."""
         raise NotImplementedError
+
+    def decode_coefficients(self, num_seqs: int) -> tuple[float, float] | None:
+        """``(a, c)`` with ``step_time(StepPlan(num_seqs, T)) == a + c * T`` exactly (the same
+        floating-point result) for every ``T``, or ``None``; lets the engine add up a run of
+        decode steps without building plans."""
+        return None

@@ -57,6 +57,10 @@ class LinearLatency(LatencyModel):
             t += self.per_prefill_token * plan.num_prefill_tokens
         return t
 
+    def decode_coefficients(self, num_seqs: int) -> tuple[float, float]:
+        # step_time adds left to right: (base + per_seq * B) + per_token * T
+        return self.base + self.per_seq * num_seqs, self.per_token
+
     def __call__(self, num_seqs: int, num_kv_tokens: int) -> float:
         """The notebook's ``step_latency(B, T)``."""
         return self.base + self.per_seq * num_seqs + self.per_token * num_kv_tokens

@@ -27,6 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from orcasim.metrics.summary import request_latencies
+from orcasim.request import RequestState
+
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.axes import Axes
@@ -42,6 +45,10 @@ LINESTYLES = ("-", "--", ":", "-.")
 LOG_SPAN = 100.0
 #: above this many requests the Gantt chart labels them by id ticks instead of by name
 MAX_NAMED_ROWS = 40
+
+#: an ECDF of more samples is drawn through this many of its quantiles (a line of a million
+#: points looks the same and costs seconds)
+MAX_CDF_POINTS = 2000
 
 CDF_METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E latency"))
 
@@ -139,9 +146,8 @@ def gantt(results: Results, num_requests: int | None = None) -> Figure:
     for ax, name in zip(axes[:, 0], names, strict=True):
         v = results[name]
         n = num_requests or v.config.output.gantt_requests
-        all_rows = v.requests.sort_values("id")
-        df = all_rows.head(n)
-        shown, total = max(shown, len(df)), max(total, len(all_rows))
+        df = v.first_requests(n)  # the columns are sorted by id
+        shown, total = max(shown, len(df)), max(total, len(v.columns["id"]))
         t_end = max(t_end, gantt_panel(ax, df, unit))
         ax.set_title(f"{name}: p99 E2E {v.summary['e2e_p99']:.3g} {unit}", fontsize="medium")
     axes[0, 0].set_xlim(0, t_end * 1.02 if t_end > 0 else 1)
@@ -188,9 +194,15 @@ def latency_cdfs(results: Results) -> Figure:
     decides from its own data between a linear and a log x axis.
     """
     plt = _pyplot()
-    df = results.requests
-    df = df[df["state"] == "finished"]
-    classes = [c for c in dict.fromkeys(df["cls"].dropna()) if c != ""] if "cls" in df else []
+    finished = {}  # variant -> (class of each finished request, its latencies)
+    for name, v in results.items():
+        c = v.columns
+        done = c["state"] == int(RequestState.FINISHED)
+        lat = request_latencies(c)
+        finished[name] = (np.asarray(c["cls"], dtype=object)[done],
+                          {k: x[done] for k, x in lat.items()})
+    classes = [c for c in dict.fromkeys(x for cls, _ in finished.values()
+                                        for x in cls[cls != None] if x != "")]  # noqa: E711
     rows: list[Any] = classes if len(classes) > 1 else [None]
     unit = time_unit(results)
     fig, axes = plt.subplots(len(rows), len(CDF_METRICS),
@@ -198,10 +210,10 @@ def latency_cdfs(results: Results) -> Figure:
                              squeeze=False, sharey=True)
     palette = colors(results)
     for i, cls in enumerate(rows):
-        d = df if cls is None else df[df["cls"] == cls]
         for j, (col, label) in enumerate(CDF_METRICS):
             ax = axes[i, j]
-            samples = {v: d.loc[d["variant"] == v, col].to_numpy(float) for v in results}
+            samples = {v: lat[col] if cls is None else lat[col][c == cls]
+                       for v, (c, lat) in finished.items()}
             ecdf_panel(ax, samples, palette)
             ax.set_xlabel(f"{label} ({unit})")
             if cls is not None:
@@ -219,7 +231,11 @@ def ecdf_panel(ax: Axes, samples: Mapping[str, np.ndarray], palette: Mapping[str
         x = np.sort(s[np.isfinite(s)])
         if x.size == 0:
             continue
-        y = np.arange(1, x.size + 1) / x.size
+        if x.size > MAX_CDF_POINTS:  # the ECDF at evenly spaced quantiles, ends included
+            idx = np.unique(np.linspace(0, x.size - 1, MAX_CDF_POINTS).round().astype(np.int64))
+            x, y = x[idx], (idx + 1) / x.size
+        else:
+            y = np.arange(1, x.size + 1) / x.size
         ax.step(x, y, where="post", color=palette[name], lw=1.4, label=name)
     if log:
         pos = pooled[np.isfinite(pooled) & (pooled > 0)]

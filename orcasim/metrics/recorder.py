@@ -41,16 +41,32 @@ class Recorder:
         self._sum_batch = 0
         self._f = {c: array("d") for c in REQUEST_FLOAT_COLUMNS}
         self._i = {c: array("q") for c in REQUEST_INT_COLUMNS}
-        self._name: list[str | None] = []
-        self._tenant: list[str | None] = []
-        self._cls: list[str | None] = []
-        self._reason: list[str | None] = []
-        self._itl_gap: list[np.ndarray] = []
-        self._itl_count: list[np.ndarray] = []
-        self._itl_end: list[np.ndarray] = []
+        # string columns, sparse (row -> value; most are None)
+        self._name: dict[int, str] = {}
+        self._tenant: dict[int, str] = {}
+        self._cls: dict[int, str] = {}
+        self._reason: dict[int, str] = {}
+        f, i = self._f, self._i
+        self._appends = (f["arrival"].append, f["first_scheduled"].append,
+                         f["first_token"].append, f["finish"].append,
+                         *(i[c].append for c in REQUEST_INT_COLUMNS))
+        # per step, kept for the whole run (12 bytes a step): its end and its ITL token count;
+        # a step's gap is its end minus the previous step's end (0 before the first)
         self._step_end: list[np.ndarray] = []
+        self._itl_count: list[np.ndarray] = []
         self._extra_itl: list[tuple[float, int, int]] = []
-        self._buf: list[tuple[float, float, int, int, int, float, int]] = []
+        # steps not yet flushed: per step its end and queue length; per run of steps with one
+        # batch (a single step is a run of one) its start, length, batch size, and tokens and
+        # ITL count of its first and later steps
+        self._t1 = array("d")
+        self._waiting = array("q")
+        self._r_start = array("d")
+        self._r_len = array("q")
+        self._r_seqs = array("q")
+        self._r_tokens = array("q")
+        self._r_tokens_rest = array("q")
+        self._r_count = array("q")
+        self._r_count_rest = array("q")
         self._buf_cap = max(16, series_capacity)
         self.series = StepSeries(series_capacity)
         self.trace_steps = trace_steps
@@ -60,22 +76,28 @@ class Recorder:
     # -- hot path -----------------------------------------------------------
     def record_request(self, req: Request) -> None:
         """Append ``req``'s final row."""
-        f, i = self._f, self._i
-        f["arrival"].append(req.arrival)
-        f["first_scheduled"].append(_NAN if req.first_scheduled is None else req.first_scheduled)
-        f["first_token"].append(_NAN if req.first_token is None else req.first_token)
-        f["finish"].append(_NAN if req.finish is None else req.finish)
-        i["id"].append(req.id)
-        i["prompt_len"].append(req.prompt_len)
-        i["output_len"].append(req.output_len)
-        i["num_output_tokens"].append(req.num_output_tokens)
-        i["num_preemptions"].append(req.num_preemptions)
-        i["priority"].append(req.priority)
-        i["state"].append(int(req.state))
-        self._name.append(req.name)
-        self._tenant.append(req.tenant)
-        self._cls.append(req.cls)
-        self._reason.append(req.reason)
+        (arrival, first_scheduled, first_token, finish, rid, prompt_len, output_len,
+         num_output_tokens, num_preemptions, priority, state) = self._appends
+        row = len(self._i["id"])
+        arrival(req.arrival)
+        first_scheduled(_NAN if req.first_scheduled is None else req.first_scheduled)
+        first_token(_NAN if req.first_token is None else req.first_token)
+        finish(_NAN if req.finish is None else req.finish)
+        rid(req.id)
+        prompt_len(req.prompt_len)
+        output_len(req.output_len)
+        num_output_tokens(req.num_output_tokens)
+        num_preemptions(req.num_preemptions)
+        priority(req.priority)
+        state(req.state)
+        if req.name is not None:
+            self._name[row] = req.name
+        if req.tenant is not None:
+            self._tenant[row] = req.tenant
+        if req.cls is not None:
+            self._cls[row] = req.cls
+        if req.reason is not None:
+            self._reason[row] = req.reason
 
     def record_step(
         self,
@@ -84,33 +106,77 @@ class Recorder:
         num_seqs: int,
         num_tokens: int,
         num_waiting: int,
-        itl_gap: float,
         itl_count: int,
     ) -> None:
-        """One step: its span, batch and queue, and ``itl_count`` tokens with gap ``itl_gap``."""
-        buf = self._buf
-        buf.append((t_start, t_end, num_seqs, num_tokens, num_waiting, itl_gap, itl_count))
-        if len(buf) >= self._buf_cap:
+        """One step: its span, batch and queue, and ``itl_count`` tokens emitted with the step's
+        inter-token gap (its end minus the previous step's end)."""
+        self._t1.append(t_end)
+        self._waiting.append(num_waiting)
+        self._r_start.append(t_start)
+        self._r_len.append(1)
+        self._r_seqs.append(num_seqs)
+        self._r_tokens.append(num_tokens)
+        self._r_tokens_rest.append(num_tokens)
+        self._r_count.append(itl_count)
+        self._r_count_rest.append(itl_count)
+        if len(self._t1) >= self._buf_cap:
+            self._flush()
+
+    def record_run(
+        self,
+        t_start: float,
+        ends: list[float],
+        num_seqs: int,
+        num_tokens: tuple[int, int],
+        num_waiting: list[int],
+        itl_count: tuple[int, int],
+    ) -> None:
+        """A run of steps back to back from ``t_start``, ending at ``ends``, with one batch.
+
+        ``num_tokens`` and ``itl_count`` are ``(first step, every later step)``;
+        ``num_waiting`` holds the queue length at the start of each step.
+        The same rows as :meth:`record_step` once per step.
+        """
+        self._t1.extend(ends)
+        self._waiting.extend(num_waiting)
+        self._r_start.append(t_start)
+        self._r_len.append(len(ends))
+        self._r_seqs.append(num_seqs)
+        self._r_tokens.append(num_tokens[0])
+        self._r_tokens_rest.append(num_tokens[1])
+        self._r_count.append(itl_count[0])
+        self._r_count_rest.append(itl_count[1])
+        if len(self._t1) >= self._buf_cap:
             self._flush()
 
     def _flush(self) -> None:
-        if not self._buf:
+        if not self._t1:
             return
-        a = np.array(self._buf, dtype=np.float64)
-        self._buf = []
-        self._steps_flushed += len(a)
-        self._sum_batch += int(a[:, 2].sum())
-        keep = a[:, 6] > 0
-        self._itl_gap.append(a[keep, 5])
-        self._itl_count.append(a[keep, 6].astype(np.int64))
-        self._itl_end.append(a[keep, 1])
-        self._step_end.append(a[:, 1])
-        self.series.add_steps(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4])
+        t1 = np.array(self._t1, dtype=np.float64)
+        waiting = np.array(self._waiting, dtype=np.float64)
+        k = np.array(self._r_len, dtype=np.int64)
+        first = np.cumsum(k) - k  # each run's first step
+        t0 = np.empty_like(t1)  # a step starts where the one before it in its run ended
+        t0[1:] = t1[:-1]
+        t0[first] = self._r_start
+        seqs = np.repeat(np.array(self._r_seqs, dtype=np.int64), k)
+        tokens = np.repeat(np.array(self._r_tokens_rest, dtype=np.float64), k)
+        tokens[first] = self._r_tokens
+        count = np.repeat(np.array(self._r_count_rest, dtype=np.int32), k)
+        count[first] = self._r_count
+        for col in (self._t1, self._waiting, self._r_start, self._r_len, self._r_seqs,
+                    self._r_tokens, self._r_tokens_rest, self._r_count, self._r_count_rest):
+            del col[:]
+        self._steps_flushed += len(t1)
+        self._sum_batch += int(seqs.sum())
+        self._step_end.append(t1)
+        self._itl_count.append(count)
+        self.series.add_steps(t0, t1, seqs.astype(np.float64), tokens, waiting)
 
     @property
     def num_steps(self) -> int:
         """Steps recorded so far."""
-        return self._steps_flushed + len(self._buf)
+        return self._steps_flushed + len(self._t1)
 
     @property
     def sum_batch(self) -> int:
@@ -155,25 +221,34 @@ class Recorder:
         for c, a in self._f.items():
             cols[c] = np.array(a, dtype=np.float64)[order]
         idx = order.tolist()
-        for c, lst in (("name", self._name), ("tenant", self._tenant), ("cls", self._cls),
-                       ("reason", self._reason)):
-            cols[c] = [lst[k] for k in idx]
+        for c, sparse in (("name", self._name), ("tenant", self._tenant), ("cls", self._cls),
+                          ("reason", self._reason)):
+            cols[c] = [sparse.get(k) for k in idx] if sparse else [None] * len(idx)
         return cols
+
+    def _steps(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every step's end and ITL token count (flushed first)."""
+        self._flush()
+        ends = np.concatenate([np.zeros(0), *self._step_end])
+        counts = np.concatenate([np.zeros(0, np.int32), *self._itl_count])
+        return ends, counts
 
     def itl_samples(self) -> tuple[np.ndarray, np.ndarray]:
         """Inter-token gaps as ``(gaps, counts)``: each gap occurred ``count`` times."""
-        self._flush()
-        gaps = [*self._itl_gap, np.array([g for g, _, _ in self._extra_itl], dtype=np.float64)]
-        counts = [*self._itl_count, np.array([c for _, c, _ in self._extra_itl], dtype=np.int64)]
-        return np.concatenate(gaps), np.concatenate(counts)
+        ends, counts = self._steps()
+        keep = counts > 0
+        gaps = np.diff(ends, prepend=0.0)[keep]
+        extra_gaps = np.array([g for g, _, _ in self._extra_itl], dtype=np.float64)
+        extra_counts = np.array([c for _, c, _ in self._extra_itl], dtype=np.int64)
+        return (np.concatenate([gaps, extra_gaps]),
+                np.concatenate([counts[keep].astype(np.int64), extra_counts]))
 
     def itl_times(self) -> np.ndarray:
         """End time of the step each :meth:`itl_samples` entry belongs to (same order)."""
-        self._flush()
-        step_end = np.concatenate([np.zeros(0), *self._step_end])
+        ends, counts = self._steps()
         idx = np.array([k for _, _, k in self._extra_itl], dtype=np.int64)
-        extra = step_end[np.minimum(idx, step_end.size - 1)] if idx.size else np.zeros(0)
-        return np.concatenate([np.zeros(0), *self._itl_end, extra])
+        extra = ends[np.minimum(idx, ends.size - 1)] if idx.size else np.zeros(0)
+        return np.concatenate([ends[counts > 0], extra])
 
     def series_rows(self) -> dict[str, np.ndarray]:
         """The bounded per-step series (see :class:`StepSeries`)."""

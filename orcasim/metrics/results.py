@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from orcasim.metrics.request_table import request_table, write_requests_parquet
 from orcasim.metrics.summary import extra_percentiles, merge_percentiles, request_latencies
 from orcasim.request import RequestState
 
@@ -43,9 +44,14 @@ class VariantResult:
     @property
     def requests(self) -> pd.DataFrame:
         """One row per request, with its latencies (NaN where undefined)."""
+        return self.first_requests(None)
+
+    def first_requests(self, n: int | None) -> pd.DataFrame:
+        """:attr:`requests` of the ``n`` requests with the smallest ids (all with ``None``),
+        built from those rows only."""
         import pandas as pd
 
-        c = self.columns
+        c = self.columns if n is None else {k: v[:n] for k, v in self.columns.items()}
         df = pd.DataFrame(
             {
                 "id": c["id"],
@@ -288,17 +294,19 @@ class Results(Mapping[str, VariantResult]):
             lines.append(f"{k:<{width}}  " + "  ".join(f"{c:>{colw}}" for c in cells))
         return "\n".join(lines)
 
-    def write(self, out_dir: str | Path, *, plots: bool = True) -> list[Path]:
-        """Write summary.json, summary_long.csv (and .parquet), requests.csv, series.csv
-        (and kv.csv, steps.csv, plots); return the paths."""
+    def write(self, out_dir: str | Path, *, plots: bool = True,
+              requests_csv: bool = False) -> list[Path]:
+        """Write summary.json, summary_long.csv (and .parquet), requests.parquet, series.csv
+        (and kv.csv, steps.csv, plots; requests.csv with ``requests_csv``); return the paths.
+        """
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         before = _existing_files(out)
-        written = self._write_files(out, plots)
+        written = self._write_files(out, plots, requests_csv)
         _note_overwritten(out, before, written)
         return written
 
-    def _write_files(self, out: Path, plots: bool) -> list[Path]:
+    def _write_files(self, out: Path, plots: bool, requests_csv: bool = False) -> list[Path]:
         """Write every output file into ``out`` (which exists); return the paths."""
         written = []
         summary = {
@@ -311,9 +319,13 @@ class Results(Mapping[str, VariantResult]):
         p.write_text(json.dumps(_jsonable(summary), indent=2) + "\n")
         written.append(p)
         written += self._write_tidy(out)
-        p = out / "requests.csv"
-        self.requests.to_csv(p, index=False)
+        p = out / "requests.parquet"
+        write_requests_parquet(p, [request_table(v.columns, n) for n, v in self.variants.items()])
         written.append(p)
+        if requests_csv:
+            p = out / "requests.csv"
+            self.requests.to_csv(p, index=False)
+            written.append(p)
         p = out / "series.csv"
         self.step_series.to_csv(p, index=False)
         written.append(p)

@@ -33,6 +33,7 @@ from orcasim.batch import DecodeBatch
 from orcasim.context import SchedulerContext
 from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
+from orcasim.policies.runs import DecodeRuns, TokenRuns
 from orcasim.request import Request, RequestState
 
 RUNNING = RequestState.RUNNING
@@ -71,6 +72,11 @@ class Policy:
     def next_step(self) -> Generator[simpy.Event, Any, StepPlan | None]:
         """Wait as needed, then return the next step's plan (``None``: no more work)."""
         raise NotImplementedError
+
+    #: whether the engine may run unchanged decode steps in one event (see ``decode_run``);
+    #: such a policy also polls arrivals at every boundary and waits only on ``ctx.arrival``
+    #: (or :meth:`SchedulerContext.wake_event`), so its source may release them lazily
+    _runs: bool = False
 
     #: optional fast path: ``() -> StepPlan | None``, the next plan when one is ready without
     #: waiting (``None``: ask :meth:`next_step`); saves a generator per step in hot loops
@@ -129,7 +135,7 @@ class Policy:
         return tuple(r.label for r, _ in plan.scheduled)
 
 
-class DecodeOnlyPolicy(Policy):
+class DecodeOnlyPolicy(Policy, DecodeRuns):
     """Iteration-level decoding with prompts already cached (the seed notebook's model).
 
     Every running request emits one token per step; a step reads the KV
@@ -150,10 +156,19 @@ class DecodeOnlyPolicy(Policy):
         self._joined: list[Request] = []
         self._deferred: list[Request] = []  # admitted during a step in flight
         self._listens = self.event_driven  # its processes may admit at any time
+        self._runs = self.runs_unchanged
 
     def admit(self) -> None:
         """Move waiting requests into the batch (via :meth:`join`) as the policy allows."""
         raise NotImplementedError
+
+    def join_fcfs(self, room: int) -> None:
+        """:meth:`join` the first ``room`` waiting requests (or all, if fewer wait)."""
+        waiting = self.ctx.waiting
+        join = self.join
+        while waiting and room > 0:
+            join(waiting.popleft())
+            room -= 1
 
     def join(self, req: Request) -> None:
         """Put ``req`` into the batch for the next step.
@@ -163,7 +178,7 @@ class DecodeOnlyPolicy(Policy):
         """
         ctx = self.ctx
         ctx.admit(req)
-        if ctx.busy_until > ctx.env.now:
+        if ctx.busy_until > ctx.env._now:
             self._deferred.append(req)
             return
         self.batch.add(req)
@@ -217,14 +232,19 @@ class DecodeOnlyPolicy(Policy):
 
     def complete_step(self, plan: StepPlan, t_start: float, t_end: float) -> None:
         """Every member emits a token: first tokens, ITL (a resumed request's own gap), ends."""
+        self._complete(plan, t_end, t_end)
+
+    def _complete(self, plan: StepPlan, t_first: float, t_end: float) -> None:
+        """The effects of ``plan``'s step (ending at ``t_first``) and of the batch's last step
+        (ending at ``t_end``, which may be a later one)."""
         joined = self._joined
         finished = self.batch.advance()
         if joined:
             for req in joined:
                 if req.first_token is None:
-                    req.first_token = t_end
+                    req.first_token = t_first
                 else:  # resumed after a preemption: its own gap
-                    self.ctx.recorder.record_itl(t_end - req.last_token)  # type: ignore[operator]
+                    self.ctx.recorder.record_itl(t_first - req.last_token)  # type: ignore[operator]
             plan.num_itl_tokens = plan.num_seqs - len(joined)
             self._joined = []
         else:
@@ -255,7 +275,7 @@ class DecodeOnlyPolicy(Policy):
         return tuple(None if r is None else r.label for r in self.batch.slot_view())
 
 
-class TokenPolicy(Policy):
+class TokenPolicy(Policy, TokenRuns):
     """Policies that give each scheduled request a number of tokens per step (vLLM's rule).
 
     A request's *known* tokens (``req.num_tokens``) are its prompt plus the
@@ -280,6 +300,8 @@ class TokenPolicy(Policy):
     def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
         self.running: list[Request] = []
+        #: runs offered: the class says so and keeps the plain step rule and effects
+        self._runs = self.runs_unchanged and type(self).complete_step is TokenPolicy.complete_step
 
     def next_step(self) -> Generator[simpy.Event, Any, StepPlan | None]:
         """Run the batch as it is; with nothing running, wait for an arrival or an admission."""

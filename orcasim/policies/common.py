@@ -73,10 +73,15 @@ class BatchPolicy(TokenPolicy):
         self.chunked: bool = bool(getattr(params, "chunked_prefill", False))
         self.mem: TokenMemory | None = None
         self._preempted_for_memory = False
+        cls = type(self)  # runs need the plain step rule and effects (see TokenPolicy.decode_run)
+        self._runs = (self.runs_unchanged and cls.next_step is BatchPolicy.next_step
+                      and cls.complete_step is BatchPolicy.complete_step)
         if ctx is not None and ctx.kv.limited:
             p: Any = params
             self.mem = TokenMemory(ctx.kv, getattr(p, "preemption", "recompute"),
                                    getattr(p, "watermark", 0.0))
+        if self.mem is not None or not self._runs:  # step by step: spare the engine the ask
+            self.decode_run = None  # type: ignore[assignment]
 
     def next_step(self) -> Generator[simpy.Event, Any, StepPlan | None]:
         ctx = self.ctx

@@ -22,6 +22,11 @@ from orcasim.registry import policies
 class Continuous(KVDecodePolicy):
     """Admit FCFS at every step boundary while the batch has a free slot."""
 
+    runs_unchanged = True
+
+    def has_room(self) -> bool:
+        return self.batch.size < self.params.max_batch
+
     class Params(KVPolicyParams):
         max_batch: int = slots_field(32, "sequences per step at most (batch slots)")
         prefill: bool = Field(False, description="charge each prompt as prefill in its first step")
@@ -30,8 +35,4 @@ class Continuous(KVDecodePolicy):
         if self.kv is not None:
             self.admit_fcfs()
             return
-        waiting = self.ctx.waiting
-        room = self.params.max_batch - self.batch.size
-        while waiting and room > 0:
-            self.join(waiting.popleft())
-            room -= 1
+        self.join_fcfs(self.params.max_batch - self.batch.size)

@@ -29,6 +29,11 @@ class DecodeFirst(BatchPolicy):
         refill_below: int = Field(0, ge=0, description="admit new prompts once at most this "
                                   "many requests are running")
 
+    runs_unchanged = True
+
+    def has_room(self) -> bool:
+        return len(self.running) <= self.params.refill_below
+
     def schedule(self) -> list[tuple[Request, int]]:
         running = self.running
         if len(running) <= self.params.refill_below and self.ctx.waiting:

@@ -24,6 +24,8 @@ from orcasim.request import Request
 class EDF(KeyedPolicy):
     """Earliest absolute deadline (arrival + deadline) first."""
 
+    runs_unchanged = True  # static keys: a full batch's victim cannot change between arrivals
+
     class Params(TokenParams):
         preempt: bool = Field(False, description="preempt later deadlines when the batch is full")
         default_deadline: float | None = Field(

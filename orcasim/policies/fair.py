@@ -43,6 +43,7 @@ class FairSharePolicy(BatchPolicy):
     Params: ClassVar[type[ComponentParams]] = FairParams
     #: the request attribute that names its group (``tenant`` or ``cls``)
     group_attr: ClassVar[str] = "tenant"
+    runs_unchanged = False  # every step charges the groups (see :meth:`charge`)
 
     def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)

@@ -18,3 +18,4 @@ class FCFS(BatchPolicy):
     """First come, first served; running requests first; chunked prefill within a token budget."""
 
     Params = TokenParams
+    runs_unchanged = True

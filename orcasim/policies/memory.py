@@ -73,7 +73,10 @@ class KVDecodePolicy(DecodeOnlyPolicy):
             self.complete_step = DecodeOnlyPolicy.complete_step.__get__(self)  # type: ignore[method-assign]
             self.continue_step = DecodeOnlyPolicy.continue_step.__get__(self)  # type: ignore[method-assign]
             self.finished = DecodeOnlyPolicy.finished.__get__(self)  # type: ignore[method-assign]
+            self.ready_plan = DecodeOnlyPolicy.ready_plan.__get__(self)  # type: ignore[method-assign]
+            self.join = DecodeOnlyPolicy.join.__get__(self)  # type: ignore[method-assign]
             return
+        self.decode_run = None  # type: ignore[assignment]  # memory: step by step
         p: Any = params
         self.head_of_line = p.kv_admission == "head_of_line"
         self.swap = p.preemption == "swap"

@@ -23,6 +23,8 @@ from orcasim.request import Request
 class PrefillFirst(BatchPolicy):
     """Prompt-only steps whenever a new request can be admitted; decode steps otherwise."""
 
+    runs_unchanged = True
+
     class Params(MemoryParams):
         max_batch: int = slots_field(32)
         token_budget: int = Field(2048, gt=0, description="prompt tokens per prefill step at most")

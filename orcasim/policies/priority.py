@@ -30,6 +30,8 @@ from orcasim.request import Request
 class Priority(KeyedPolicy):
     """Strict priority classes, optionally preemptive, with optional aging."""
 
+    runs_unchanged = True  # static keys: a full batch's victim cannot change between arrivals
+
     class Params(TokenParams):
         classes: dict[str, int] | None = Field(
             None, description="class -> level, smaller first (default: the request's priority)")

@@ -22,6 +22,8 @@ from orcasim.request import Request
 class Sarathi(BatchPolicy):
     """Decodes first, prompt chunks fill the rest of a per-step token budget."""
 
+    runs_unchanged = True
+
     class Params(TokenParams):
         token_budget: int = Field(512, gt=0, description="tokens computed per step at most")
 

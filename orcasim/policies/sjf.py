@@ -28,6 +28,8 @@ class LengthParams(TokenParams):
 class SJF(KeyedPolicy):
     """Shortest (predicted) output first; non-preemptive."""
 
+    runs_unchanged = True  # srpt too: remaining lengths only shrink, so no new victim mid-run
+
     Params = LengthParams
 
     def __init__(self, params: LengthParams, ctx: SchedulerContext) -> None:

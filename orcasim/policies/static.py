@@ -19,6 +19,11 @@ from orcasim.registry import policies
 class Static(KVDecodePolicy):
     """Admit a new batch only when the previous one has completely finished."""
 
+    runs_unchanged = True
+
+    def has_room(self) -> bool:
+        return not self.batch.size
+
     class Params(KVPolicyParams):
         max_batch: int = slots_field(32, "sequences per batch at most (batch slots)")
         prefill: bool = Field(False, description="charge each prompt as prefill in its first step")
@@ -29,8 +34,4 @@ class Static(KVDecodePolicy):
         if self.kv is not None:
             self.admit_fcfs()
             return
-        waiting = self.ctx.waiting
-        room = self.params.max_batch
-        while waiting and room > 0:
-            self.join(waiting.popleft())
-            room -= 1
+        self.join_fcfs(self.params.max_batch)

@@ -1,0 +1,70 @@
+"""Per-request rows as an Arrow table, built column by column from the recorder's arrays.
+
+``orcasim run`` writes them as ``requests.parquet`` without building a pandas
+DataFrame (at a million requests a DataFrame of Python strings costs seconds
+and hundreds of megabytes); the columns and their order are those of
+:attr:`~orcasim.metrics.results.VariantResult.requests`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from orcasim.metrics.summary import request_latencies
+from orcasim.request import RequestState
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+#: state names by their integer code
+STATE_NAMES = [RequestState(i).name.lower() for i in range(len(RequestState))]
+
+
+def request_table(columns: Mapping[str, Any], variant: str | None = None) -> pa.Table:
+    """One row per request (``variant`` first when given), latencies last."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    c = columns
+    ids = pa.array(c["id"], type=pa.int64())
+    names = pa.array(c["name"], type=pa.string())
+    if names.null_count:  # a request without a name is labelled by its id
+        names = pc.if_else(pc.is_null(names), pc.cast(ids, pa.string()), names)
+    states = pc.take(pa.array(STATE_NAMES, type=pa.string()),
+                     pa.array(np.asarray(c["state"], dtype=np.int64)))
+    cols: dict[str, Any] = {}
+    if variant is not None:
+        cols["variant"] = pa.repeat(pa.scalar(variant, pa.string()), len(ids))
+    cols.update({
+        "id": ids,
+        "name": names,
+        "arrival": c["arrival"],
+        "first_scheduled": c["first_scheduled"],
+        "first_token": c["first_token"],
+        "finish": c["finish"],
+        "prompt_len": c["prompt_len"],
+        "output_len": c["output_len"],
+        "num_output_tokens": c["num_output_tokens"],
+        "state": states,
+        "reason": pa.array(c["reason"], type=pa.string()),
+        "priority": c["priority"],
+        "cls": pa.array(c["cls"], type=pa.string()),
+        "tenant": pa.array(c["tenant"], type=pa.string()),
+        "num_preemptions": c["num_preemptions"],
+    })
+    cols.update(request_latencies(c))
+    return pa.table(cols)
+
+
+def write_requests_parquet(path: Path, tables: list[pa.Table]) -> None:
+    """Write the variants' tables one after another into one Parquet file (a row group or
+    more each), never holding their concatenation."""
+    import pyarrow.parquet as pq
+
+    with pq.ParquetWriter(path, tables[0].schema) as writer:
+        for t in tables:
+            writer.write_table(t)
