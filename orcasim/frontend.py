@@ -42,7 +42,6 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from orcasim.errors import ScenarioError
 from orcasim.params import ComponentParams
 
 #: statistics reported for each client-side latency
@@ -62,18 +61,9 @@ class FrontendOptions(ComponentParams):
                                       description="streamed messages a client records per "
                                       "generated token (inference-perf: about 2)")
 
-    def engine_arrivals(self, arrival: np.ndarray, prompt_len: np.ndarray) -> np.ndarray:
-        """When each request reaches the engine's queue (see the module docstring)."""
-        if not np.all(np.isfinite(arrival)):
-            raise ScenarioError("engine.frontend", "needs every arrival time up front; "
-                                "closed-loop and chained workloads are not supported")
-        service = self.request_s + self.per_prompt_token_s * prompt_len.astype(np.float64)
-        out = np.empty(len(arrival))
-        free = -np.inf
-        for i, (a, s) in enumerate(zip(arrival.tolist(), service.tolist(), strict=True)):
-            free = max(a, free) + s
-            out[i] = free
-        return out
+    def service(self, prompt_len: int) -> float:
+        """The API server's time for one request before it reaches the engine's queue, s."""
+        return self.request_s + self.per_prompt_token_s * prompt_len
 
     def client_summary(self, cols: dict[str, Any], client_arrival: np.ndarray
                        ) -> dict[str, float]:

@@ -122,7 +122,8 @@ class LiveSimulation:
         self.cfg = cfg
         self.notify = notify
         self.env = simpy.rt.RealtimeEnvironment(factor=factor, strict=False)
-        self.model: Model = build_model(cfg, _no_requests(), seed=seed, env=self.env)
+        self.model: Model = build_model(cfg, _no_requests(), seed=seed, env=self.env,
+                                      api_server=False)
         ctx = self.model.ctx
         self.source = ctx.source = LiveSource()  # type: ignore[assignment]
         ctx.on_end = self._ended
