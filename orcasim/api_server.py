@@ -84,7 +84,7 @@ class ApiServer:
         return t
 
     def pending_until(self, now: float) -> bool:
-        return self.inner.pending_until(now) or bool(self._queue) and self._queue[0][0] <= now
+        return self.inner.pending_until(now) or (bool(self._queue) and self._queue[0][0] <= now)
 
     def flush(self, now: float) -> None:
         """Let the source send what is due, then hand the engine what the server is done with."""

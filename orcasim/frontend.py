@@ -51,6 +51,8 @@ STATS = (("mean", None), ("p50", 50.0), ("p90", 90.0), ("p99", 99.0))
 class FrontendOptions(ComponentParams):
     """``engine.frontend``: API-server time before the engine's queue and after each step."""
 
+    enabled: bool = Field(True, description="false: leave the API server out (also written "
+                          "frontend: off)")
     request_s: float = Field(232e-6, ge=0, le=3600, allow_inf_nan=False,
                              description="server time per request before queueing, s")
     per_prompt_token_s: float = Field(1.75e-6, ge=0, le=1, allow_inf_nan=False,

@@ -83,9 +83,20 @@ class OutputOptions(ComponentParams):
 
 class EngineOptions(ComponentParams):
     latency: Any = Field(default_factory=lambda: {"type": "linear"})
-    # API-server time outside the engine: options, true (defaults) or false/off; unset: on
-    # for workloads measured at the client (inference_perf), off otherwise
-    frontend: FrontendOptions | bool | None = None
+    # API-server time outside the engine: options, on/true (defaults) or off/false; unset:
+    # on for workloads measured at the client (inference_perf), off otherwise
+    frontend: FrontendOptions | None = None
+
+    @field_validator("frontend", mode="before")
+    @classmethod
+    def _switch(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = {"on": True, "true": True, "off": False, "false": False}.get(v.lower(), v)
+        if isinstance(v, bool):
+            return {"enabled": v}
+        if v is None or isinstance(v, (dict, FrontendOptions)):
+            return v
+        raise ValueError("options (a mapping), on/true or off/false")
 
 
 class ScenarioModel(ComponentParams):
@@ -313,14 +324,12 @@ def _variant(name: str, raw: dict[str, Any], where: str) -> VariantConfig:
         raise ScenarioError(f"{where}{err.field}" if where else err.field, err.message) from None
 
 
-def front_end(given: FrontendOptions | bool | None, workload: Spec) -> FrontendOptions | None:
+def front_end(given: FrontendOptions | None, workload: Spec) -> FrontendOptions | None:
     """``engine.frontend`` resolved: options, or None (off). Unset, it is on (defaults) for a
     workload measured at the client (``client_side``, e.g. ``inference_perf``)."""
     if given is None:
-        given = bool(getattr(workload.cls, "client_side", False))
-    if given is True:
-        return FrontendOptions()
-    return given or None
+        return FrontendOptions() if getattr(workload.cls, "client_side", False) else None
+    return given if given.enabled else None
 
 
 def merge(base: Any, over: Any) -> Any:
