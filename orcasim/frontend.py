@@ -7,13 +7,13 @@ new token is detokenised and streamed back as a server-sent event. The
 engine's own timestamps (vLLM's ``queued_ts``, ``first_token_ts``,
 ``last_token_ts``) leave both out; a client's do not.
 
-``engine: {frontend: {...}}`` models them as:
+``engine: {frontend: {...}}`` models them (the process is
+:class:`orcasim.api_server.ApiServer`) as:
 
-- **one API server process, first come first served**: request ``i`` reaches
-  the engine's queue at ``q_i = max(a_i, q_{i-1}) + request_s +
-  per_prompt_token_s * prompt_len_i`` after the client sends it at ``a_i``
-  (so a burst of long prompts queues in the server, as it does in vLLM's
-  single API-server process);
+- **one API server process, first come first served**: a request sent at
+  ``s_i`` reaches the engine's queue at ``q_i = max(s_i, q_{i-1}) + request_s
+  + per_prompt_token_s * prompt_len_i`` (so a burst of long prompts queues in
+  the server, as it does in vLLM's single API-server process);
 - **a fixed delay per streamed message**, ``per_output_s``: each token reaches
   the client that long after the step that produced it ends (no contention
   between streams is modelled).
@@ -23,16 +23,20 @@ queue, as vLLM's do, and the summary adds the client's view:
 ``client_ttft`` (first token received - request sent), ``client_e2e``,
 ``client_tpot`` (per token, equal to the engine's: a fixed delay per message
 cancels out) and ``client_tpot_per_message`` for load generators that record
-``messages_per_token`` streamed messages per generated token (inference-perf
-records about two: its TPOT and ITL are per message).
+``messages_per_token`` timestamps per generated token.
+
+It is off unless given, except for workloads measured at the client
+(``inference_perf``); ``frontend: off`` (``enabled: false``) turns it off.
 
 Defaults are BLIS's published coefficients for vLLM's OpenAI API server with
 Llama-3.1-8B-Instruct on one H100 (vLLM 0.8.4; ``alpha_coeffs`` in
 ``defaults.yaml`` of inference-sim/inference-sim: 232 us per request, 1.75 us
-per prompt token before queueing, 3357 us per output message). The
-per-token tokenisation cost agrees with tokenizer micro-benchmarks of a
-few microseconds per token (tenstorrent/tt-inference-server#2173). Leave the
-front end out (the default) when comparing with engine-side timestamps.
+per prompt token before queueing, 3357 us per output token). BLIS adds its
+per-token figure to every inter-token gap; here it delays each message
+instead, because the step times come from the latency model (see
+docs/real-gpu.md). The per-token tokenisation cost agrees with tokenizer
+micro-benchmarks of a few microseconds per token
+(tenstorrent/tt-inference-server#2173).
 """
 
 from __future__ import annotations

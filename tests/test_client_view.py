@@ -99,6 +99,12 @@ def test_the_front_end_is_on_by_default_for_inference_perf_and_can_be_turned_off
         assert v.frontend is None and v.to_dict()["engine"]["frontend"] is False
         # the resolved configuration reads back the same
         assert orcasim.Scenario(v.to_dict()).variants[0].frontend is None
+    for on_word in (True, "on", "true", {}):
+        assert scenario(TINY, on_word).variants[0].frontend == on.frontend
+    listed_on = orcasim.Scenario({"workload": {"type": "list", "requests": [
+        {"arrival": 0, "prompt_len": 8, "output_len": 2}]}, "policy": "vllm-v1",
+        "engine": {"frontend": "on"}}).variants[0]
+    assert listed_on.frontend == on.frontend
     res = simulate(scenario(TINY, False), 0)["vllm-v1"]
     assert "sent" not in res.columns and "client_ttft_mean" not in res.summary
     with_defaults = simulate(scenario(TINY), 0)["vllm-v1"]

@@ -230,6 +230,12 @@ def test_shipped_example_scenario_validates_and_runs(tmp_path, capsys):
     body = json.loads((tmp_path / "inference_perf" / "vllm-v1" /
                        "stage_0_lifecycle_metrics.json").read_text())
     assert body["successes"]["count"] == 60 and body["failures"]["count"] == 0
+    # the front end is on: the lifecycle TTFT is the client's, about 5.5 ms after the engine's
+    # (232 us + 1,101 x 1.75 us in the server, 3.357 ms for the first message)
+    engine = json.loads((tmp_path / "summary.json").read_text())["variants"]["vllm-v1"]
+    ttft = body["successes"]["latency"]["time_to_first_token"]["mean"]
+    assert ttft == pytest.approx(engine["class.stage0.ttft_mean"] + 232e-6 + 1101 * 1.75e-6
+                                 + 3.357e-3, abs=2e-4)
 
 
 @pytest.mark.parametrize("config,msg", [

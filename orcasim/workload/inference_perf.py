@@ -37,6 +37,12 @@ produces the requests it would send, as its code (v0.6.1 and main of August
   count, unknown here: unlimited unless ``max_concurrency`` is given).
 
 Every request is in class ``stage<k>``, so summaries are reported per stage.
+inference-perf measures at the client, so the scenario's front end (the API
+server, :mod:`orcasim.frontend`) is on unless ``engine.frontend`` is off, and
+every request carries ``max_tokens``: vLLM's server refuses one whose prompt
+plus ``max_tokens`` exceeds ``max_model_len`` (:mod:`orcasim.api_server`). A
+multi-turn round that failed stays in its user's history here; inference-perf
+leaves it out.
 """
 
 from __future__ import annotations
