@@ -73,10 +73,21 @@ class FrontendOptions(ComponentParams):
 
     def client_summary(self, cols: dict[str, Any], client_arrival: np.ndarray
                        ) -> dict[str, float]:
-        """Client-side TTFT, E2E and TPOT (per token and per message) statistics, s."""
+        """Client-side TTFT, E2E and TPOT (per token and per message) statistics, s: over
+        all requests (``client_*``) and per request class (``class.<name>.client_*``)."""
+        out = self._stats(cols, client_arrival, np.ones(len(client_arrival), dtype=bool), "")
+        classes = cols.get("cls")
+        if classes is not None:
+            names = np.asarray([c if c is not None else "" for c in classes], dtype=object)
+            for name in sorted({c for c in classes if c is not None}):
+                out.update(self._stats(cols, client_arrival, names == name, f"class.{name}."))
+        return out
+
+    def _stats(self, cols: dict[str, Any], client_arrival: np.ndarray, mask: np.ndarray,
+               prefix: str) -> dict[str, float]:
         first, finish = cols["first_token"], cols["finish"]
         n_out = cols["num_output_tokens"]
-        done = np.isfinite(first) & np.isfinite(finish)
+        done = mask & np.isfinite(first) & np.isfinite(finish)
         ttft = first[done] + self.per_output_s - client_arrival[done]
         e2e = finish[done] + self.per_output_s - client_arrival[done]
         k = n_out[done]
@@ -88,8 +99,9 @@ class FrontendOptions(ComponentParams):
         for name, v in (("client_ttft", ttft), ("client_e2e", e2e), ("client_tpot", tpot),
                         ("client_tpot_per_message", per_msg)):
             for stat, q in STATS:
+                key = f"{prefix}{name}_{stat}"
                 if not v.size:
-                    out[f"{name}_{stat}"] = float("nan")
+                    out[key] = float("nan")
                 else:
-                    out[f"{name}_{stat}"] = float(v.mean() if q is None else np.percentile(v, q))
+                    out[key] = float(v.mean() if q is None else np.percentile(v, q))
         return out

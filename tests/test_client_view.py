@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -88,6 +89,11 @@ def test_lifecycle_figures_are_the_clients_as_inference_perf_computes_them(
     assert summ["client_ttft_mean"] == pytest.approx(ttft, abs=1e-12)
     assert summ["client_e2e_mean"] == pytest.approx(e2e, abs=1e-12)
     assert summ["client_tpot_mean"] == pytest.approx(0.01, abs=1e-12)
+    assert summ["class.stage0.client_ttft_p50"] == pytest.approx(ttft, abs=1e-12)
+    assert summ["class.stage0.client_e2e_p99"] == pytest.approx(e2e, abs=1e-12)
+    req = pd.read_csv(tmp_path / "out" / "requests.csv")
+    assert (req["arrival"] - req["sent"]).tolist() == pytest.approx([0.0026] * 2, abs=1e-12)
+    assert req["sent"].tolist() == pytest.approx([offset[0], 1.0], abs=1e-12)
 
 
 def test_the_front_end_is_on_by_default_for_inference_perf_and_can_be_turned_off():
