@@ -53,15 +53,17 @@ def run_files(tmp_path, sc_raw: dict) -> tuple[dict, dict]:
             summary["variants"]["vllm-v1"])
 
 
-@pytest.mark.parametrize("version,tpot,itl_mean,itl_median,tokens", [
+@pytest.mark.parametrize("version,api,tpot,itl_mean,itl_median,tokens", [
     # n = 3 tokens, client times c1 = q + 0.012 and c3 = q + 0.032 (span 0.02 s)
-    ("0.6", 0.02 / 2, 0.01, 0.01, 3),          # 2 gaps of 10 ms
-    ("0.5", 0.02 / 5, 0.02 / 5, 0.0, 6),       # 6 stamps: 2 gaps of 10 ms, 3 of 0
-    ("0.4", 0.02 / 3, 0.02 / 3, 0.01, 4),      # 3 messages + [DONE]: 2 gaps of 10 ms, one 0
+    ("0.6", "completion", 0.02 / 2, 0.01, 0.01, 3),     # 2 gaps of 10 ms
+    ("0.5", "completion", 0.02 / 5, 0.02 / 5, 0.0, 6),  # 6 stamps: 2 gaps of 10 ms, 3 of 0
+    ("0.4", "completion", 0.02 / 3, 0.02 / 3, 0.01, 4),  # 3 messages + [DONE]: one more 0
+    ("0.4", "chat", 0.02 / 4, 0.02 / 4, 0.005, 4),      # and the role-only message: two 0s
 ])
 def test_lifecycle_figures_are_the_clients_as_inference_perf_computes_them(
-        tmp_path, version, tpot, itl_mean, itl_median, tokens):
-    sc = scenario(TINY, FRONT, inference_perf_version=version)
+        tmp_path, version, api, tpot, itl_mean, itl_median, tokens):
+    sc = scenario({**TINY, "api": {"type": api, "streaming": True}}, FRONT,
+                  inference_perf_version=version)
     offset = generate_workload(sc.variants[0], 0).release.offset
     assert offset[1] == 1.0 and offset[0] < 0.9  # the two requests never overlap
     life, summ = run_files(tmp_path, {**sc.raw, "seed": 0})

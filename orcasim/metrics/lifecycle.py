@@ -31,6 +31,7 @@ makes of the streamed messages depends on its version (``version``):
 version   timestamps recorded                    tokens ``k``  TPOT            ITL gaps
 ========  =====================================  ===========  ==============  ==============
 ``0.4``   one per message, ``[DONE]`` included   ``n + 1``     span / ``n``    ``n - 1`` + one 0
+          (chat: the role-only message too)      ``n + 1``     span/(n + 1)    ``n - 1`` + two 0s
 ``0.5``   two per message (each chunk's text     ``2n``        span/(2n - 1)   ``n - 1`` + ``n`` 0s
           re-tokenised with a BOS)
 ``0.6``   one per token                          ``n``         span/(n - 1)    ``n - 1``
@@ -109,9 +110,11 @@ def client_times(cols: dict[str, Any], idx: np.ndarray, per_output_s: float
 
 def lifecycle_summary(cols: dict[str, Any], idx: np.ndarray, percentiles: Sequence[float],
                       scheduled: np.ndarray | None = None, rate: float | None = None, *,
-                      per_output_s: float = 0.0, version: str = "0.6") -> dict[str, Any]:
+                      per_output_s: float = 0.0, version: str = "0.6",
+                      chat: bool = False) -> dict[str, Any]:
     """The lifecycle summary of requests ``idx`` (indices into the result columns), as
-    inference-perf ``version`` reports it (see the module docstring)."""
+    inference-perf ``version`` reports it (see the module docstring); ``chat``: the chat
+    API, whose stream starts with a role-only message."""
     if version not in VERSIONS:
         raise ValueError(f"inference-perf version {version!r}: one of {', '.join(VERSIONS)}")
     start, first, end = client_times(cols, idx, per_output_s)
@@ -129,8 +132,8 @@ def lifecycle_summary(cols: dict[str, Any], idx: np.ndarray, percentiles: Sequen
     s_lat = end[ok] - start[ok]
     span = end[ok] - first[ok]
     # timestamps recorded m, tokens counted k, zero gaps z (see the module docstring)
-    if version == "0.4":
-        m, k, z = n + 1, n + 1, np.ones_like(n)
+    if version == "0.4":  # every message: [DONE], and the chat API's role-only one
+        m, k, z = n + 1 + int(chat), n + 1, np.full_like(n, 1 + int(chat))
     elif version == "0.5":
         m, k, z = 2 * n, 2 * n, n
     else:
@@ -138,7 +141,7 @@ def lifecycle_summary(cols: dict[str, Any], idx: np.ndarray, percentiles: Sequen
     streamed = m > 1
     many = n > 1
     with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = span / (k - 1)
+        tpot = span / (m - 1)
         gap = np.where(many, span / (n - 1), 0.0)
         ntpot = np.where(k > 0, s_lat / k, 0.0)
     gaps = np.concatenate([gap[streamed & many], [0.0]])
@@ -154,7 +157,7 @@ def lifecycle_summary(cols: dict[str, Any], idx: np.ndarray, percentiles: Sequen
         "latency": {
             "request_latency": summarize(s_lat, percentiles),
             "normalized_time_per_output_token": summarize(ntpot, percentiles),
-            "time_per_output_token": summarize(tpot[streamed & (k > 1)], percentiles),
+            "time_per_output_token": summarize(tpot[streamed], percentiles),
             "time_to_first_token": summarize(first[ok][streamed] - start[ok][streamed],
                                              percentiles),
             "inter_token_latency": summarize(gaps, percentiles, weights=gap_w),
@@ -187,7 +190,7 @@ def write_lifecycle(result: VariantResult, out_dir: Path, seed: int) -> list[Pat
     cols = result.columns
     fe = result.config.frontend
     how = {"per_output_s": fe.per_output_s if fe is not None else 0.0,
-           "version": params.inference_perf_version}
+           "version": params.inference_perf_version, "chat": cfg.api.type == "chat"}
     arrays = generate_workload(result.config, seed)
     rel = arrays.release
     everything = np.arange(len(cols["arrival"]))
