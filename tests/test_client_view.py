@@ -200,3 +200,51 @@ def test_weighted_summary_equals_the_repeated_sample():
     want = summarize(np.repeat(x, w), qs)
     assert got == pytest.approx(want, rel=1e-12)
     assert summarize(x, qs, weights=np.zeros(40, int)) is None
+
+
+def test_a_failed_multi_turn_round_stays_out_of_the_history():
+    # one user, 4 rounds: round r asks 1 + 15 (r + 1) + 3 r = 16 + 18 r tokens and 3 more;
+    # with max_model_len 40, round 2 (52 + 3) is refused, and round 3 resends its prompt
+    cfg = {**TINY, "load": {"type": "constant", "stages": [{"rate": 4, "duration": 1}]},
+           "data": {"type": "shared_prefix", "shared_prefix": {
+               "num_groups": 1, "num_prompts_per_group": 1, "system_prompt_len": 10,
+               "question_len": 5, "output_len": 3, "enable_multi_turn_chat": True}}}
+    sc = scenario(cfg, FRONT, max_model_len=40)
+    arr = generate_workload(sc.variants[0], 0)
+    assert arr.prompt_len.tolist() == [16, 34, 52, 70]  # the history if every round succeeds
+    v = simulate(sc, 0)["vllm-v1"]
+    cols = v.columns
+    assert cols["state"].tolist() == [3, 3, 4, 4]
+    assert cols["prompt_len"].tolist() == [16, 34, 52, 52]
+    assert v.summary[f"rejected_{TOO_LONG}"] == 2
+    # with room for round 2 every round runs on the whole history
+    ok = simulate(scenario(cfg, FRONT, max_model_len=80), 0)["vllm-v1"].columns
+    assert ok["prompt_len"].tolist() == [16, 34, 52, 70] and (ok["state"] == 3).all()
+
+
+def test_after_a_failed_round_the_conversation_continues_from_the_last_success():
+    import simpy
+
+    from orcasim.context import SchedulerContext
+    from orcasim.metrics.recorder import Recorder
+    from orcasim.staged_source import StagedRelease
+    from orcasim.workload.base import WorkloadArrays
+
+    # one conversation of 4 rounds whose prompts grow 10, 20, 30, 40; round 1 fails
+    env = simpy.Environment()
+    ctx = SchedulerContext(env, Recorder(), seed=0)
+    rel = StagedRelease(stage=np.zeros(4, dtype=np.int64), offset=np.zeros(4),
+                        prev=np.array([-1, 0, 1, 2]), counts=(4,), resend_failed=True)
+    arrays = WorkloadArrays(arrival=np.zeros(4), prompt_len=np.array([10, 20, 30, 40]),
+                            output_len=np.ones(4, dtype=np.int64), release=rel)
+    arrays.attrs["hash_ids"] = [(1,), (1, 2), (1, 2, 3), (1, 2, 3, 4)]
+    rel.source(env, ctx, arrays)
+    sent = []
+    ctx.submit = lambda req: sent.append(req)  # the rounds as the client sends them
+    env.run()
+    for state in (3, 5, 3):  # round 0 finishes, round 1 is aborted, round 2 finishes
+        req = sent[-1]
+        req.state = state
+        ctx.on_end(req)  # what the context calls when a request ends
+    assert [r.prompt_len for r in sent] == [10, 20, 20, 30]
+    assert [r.hash_ids for r in sent] == [(1,), (1, 2), (1, 2), (1, 2, 3)]

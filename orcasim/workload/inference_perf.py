@@ -41,8 +41,8 @@ inference-perf measures at the client, so the scenario's front end (the API
 server, :mod:`orcasim.frontend`) is on unless ``engine.frontend`` is off, and
 every request carries ``max_tokens``: vLLM's server refuses one whose prompt
 plus ``max_tokens`` exceeds ``max_model_len`` (:mod:`orcasim.api_server`). A
-multi-turn round that failed stays in its user's history here; inference-perf
-leaves it out.
+multi-turn round that failed (rejected or aborted) stays out of its user's
+history, as in inference-perf: the next round resends its prompt.
 """
 
 from __future__ import annotations
@@ -211,7 +211,7 @@ class InferencePerf(Workload):
         release = StagedRelease(stage=stage, offset=np.concatenate(offsets),
                                 prev=np.asarray(prev, dtype=np.int64), counts=tuple(counts),
                                 interval=cfg.load.interval, lead=LEAD_S, poll=POLL_S,
-                                max_concurrency=cap)
+                                max_concurrency=cap, resend_failed=sessions is not None)
         origins = release.nominal_origins()
         arrival = np.concatenate([origins[k] + o for k, o in enumerate(offsets)])
         out = WorkloadArrays(arrival=arrival, prompt_len=prompt + p.special_tokens,
