@@ -192,21 +192,26 @@ class SchedulerContext:
 
     def submit(self, req: Request) -> None:
         """A request arrives: admission control, then queue it and wake a waiting policy."""
-        self.recorder.num_arrived += 1
         gate = self.gate
         if gate is not None:
             reason = gate(req)
             if reason is not None:
-                self.reject(req, reason)
-                if self.arrivals_done:  # the last arrival: let an idle policy see the end
-                    ev, self._arrival = self._arrival, None
-                    self._fire(ev)
+                self.refuse(req, reason)
                 return
+        self.recorder.num_arrived += 1
         self.waiting.append(req)
         if self.clients is not None:
             self.clients.watch(req)
         ev, self._arrival = self._arrival, None
         self._fire(ev)
+
+    def refuse(self, req: Request, reason: str) -> None:
+        """A request arrives and is turned away at once (admission control, the API server)."""
+        self.recorder.num_arrived += 1
+        self.reject(req, reason)
+        if self.arrivals_done:  # the last arrival: let an idle policy see the end
+            ev, self._arrival = self._arrival, None
+            self._fire(ev)
 
     def released(self, count: int) -> None:
         """A lazy source released ``count`` requests into its backlog (``waiting``)."""

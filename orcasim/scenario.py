@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import difflib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -83,7 +83,20 @@ class OutputOptions(ComponentParams):
 
 class EngineOptions(ComponentParams):
     latency: Any = Field(default_factory=lambda: {"type": "linear"})
-    frontend: FrontendOptions | None = None  # API-server time outside the engine; none: off
+    # API-server time outside the engine: options, on/true (defaults) or off/false; unset:
+    # on for workloads measured at the client (inference_perf), off otherwise
+    frontend: FrontendOptions | None = None
+
+    @field_validator("frontend", mode="before")
+    @classmethod
+    def _switch(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = {"on": True, "true": True, "off": False, "false": False}.get(v.lower(), v)
+        if isinstance(v, bool):
+            return {"enabled": v}
+        if v is None or isinstance(v, (dict, FrontendOptions)):
+            return v
+        raise ValueError("options (a mapping), on/true or off/false")
 
 
 class ScenarioModel(ComponentParams):
@@ -157,6 +170,8 @@ class VariantConfig:
             out["clients"] = self.clients.model_dump()
         if self.frontend is not None:
             out["engine"]["frontend"] = self.frontend.model_dump()
+        elif getattr(self.workload.cls, "client_side", False):
+            out["engine"]["frontend"] = False
         return out
 
 
@@ -288,7 +303,7 @@ def _policy_type(policy: Any) -> str:
 def _variant(name: str, raw: dict[str, Any], where: str) -> VariantConfig:
     try:
         model: ScenarioModel = validate_params(ScenarioModel, raw, "")  # type: ignore[assignment]
-        return VariantConfig(
+        cfg = VariantConfig(
             name=name,
             seed=model.seed,
             workload=build_spec(registry.workloads, model.workload, "workload"),
@@ -302,10 +317,19 @@ def _variant(name: str, raw: dict[str, Any], where: str) -> VariantConfig:
             events=tuple(model.events),
             memory=model.memory,
             clients=model.clients,
-            frontend=model.engine.frontend,
+            frontend=None,
         )
+        return replace(cfg, frontend=front_end(model.engine.frontend, cfg.workload))
     except ScenarioError as err:
         raise ScenarioError(f"{where}{err.field}" if where else err.field, err.message) from None
+
+
+def front_end(given: FrontendOptions | None, workload: Spec) -> FrontendOptions | None:
+    """``engine.frontend`` resolved: options, or None (off). Unset, it is on (defaults) for a
+    workload measured at the client (``client_side``, e.g. ``inference_perf``)."""
+    if given is None:
+        return FrontendOptions() if getattr(workload.cls, "client_side", False) else None
+    return given if given.enabled else None
 
 
 def merge(base: Any, over: Any) -> Any:

@@ -9,13 +9,14 @@ on the same requests.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
 import simpy
 
 from orcasim.admission.base import Gate
+from orcasim.api_server import ApiServer
 from orcasim.context import SchedulerContext
 from orcasim.control import control_process, first_time
 from orcasim.engine import Engine
@@ -61,26 +62,19 @@ def run_variant(
     called with the variant's name, its model and its request count before it
     runs (e.g. :meth:`orcasim.progress.Progress.watch`).
     """
-    client_arrival = None
-    if cfg.frontend is not None:  # requests reach the engine's queue after the API server
-        client_arrival = arrays.arrival
-        arrays = replace(arrays, arrival=cfg.frontend.engine_arrivals(arrays.arrival,
-                                                                      arrays.prompt_len))
     m = build_model(cfg, arrays, trace_steps=trace_steps, seed=seed)
     if on_model is not None:
         on_model(cfg.name, m, len(arrays))
     m.env.run()
-    return variant_result(cfg, m, len(arrays), trace_steps=trace_steps,
-                          client_arrival=client_arrival)
+    return variant_result(cfg, m, len(arrays), trace_steps=trace_steps)
 
 
 def variant_result(cfg: VariantConfig, m: Model, num_requests: int, *,
-                   trace_steps: bool = False,
-                   client_arrival: np.ndarray | None = None) -> VariantResult:
+                   trace_steps: bool = False) -> VariantResult:
     """The results of ``m``, a model of ``cfg`` that has run to its end with ``num_requests``
     requests: conservation checked, then summarised (also used by ``orcasim serve``).
-    ``client_arrival``: when the front end is modelled, each request's arrival at the API
-    server (the engine's arrivals are later), for the client-side latencies."""
+    With the front end modelled, the columns also hold ``sent`` (when each client sent its
+    request; the engine's ``arrival`` is later) and the summary the client's view."""
     env, ctx, rec, engine, policy = m.env, m.ctx, m.recorder, m.engine, m.policy
     check_conservation(cfg, ctx, rec, num_requests, env.now, engine)
     cols = rec.request_columns()
@@ -101,8 +95,9 @@ def variant_result(cfg: VariantConfig, m: Model, num_requests: int, *,
     summary.update(ctx.preemption_summary())
     summary.update(ctx.kv.summary())
     summary.update(policy.summary_metrics())
-    if cfg.frontend is not None and client_arrival is not None:
-        summary.update(cfg.frontend.client_summary(cols, client_arrival[cols["id"]]))
+    if cfg.frontend is not None and m.api is not None:
+        cols["sent"] = m.api.sent[cols["id"]]
+        summary.update(cfg.frontend.client_summary(cols, cols["sent"]))
     return VariantResult(
         name=cfg.name,
         config=cfg,
@@ -125,6 +120,7 @@ class Model:
     policy: Policy
     latency: LatencyModel
     engine: Engine
+    api: ApiServer | None = None  # the API server in front of the engine, when modelled
 
 
 def build_model(
@@ -134,6 +130,7 @@ def build_model(
     trace_steps: bool = False,
     seed: int | None = None,
     env: simpy.Environment | None = None,
+    api_server: bool = True,
 ) -> Model:
     """Build ``cfg``'s model on ``arrays``: KV memory, policy, clients, latency, admission,
     source, engine and scenario events, in that order.
@@ -142,7 +139,8 @@ def build_model(
     (``memory``, ``policy``, ``clients``, ``engine.latency``, ``admission.N``).
     ``orcasim validate`` builds the same model without running it. ``env``: the
     environment to build in (default a new :class:`simpy.Environment`; ``orcasim serve``
-    passes a real-time one).
+    passes a real-time one). ``api_server``: put the API server (:mod:`orcasim.api_server`)
+    in front of the engine when the configuration asks for it (``orcasim serve`` is one).
     """
     env = simpy.Environment() if env is None else env
     rec = Recorder(trace_steps=trace_steps, series_capacity=cfg.output.series_capacity)
@@ -164,11 +162,23 @@ def build_model(
         ctx.gate = Gate(make_controllers(cfg, ctx),
                         drain_at=first_time(cfg.events, "drain"),
                         stop_at=first_time(cfg.events, "hard_stop"))
-    make_source(env, ctx, arrays)
+    source = make_source(env, ctx, arrays)
+    api = None
+    limit = api_server_limit(cfg)
+    if api_server and (cfg.frontend is not None or limit is not None):
+        api = ApiServer(env, ctx, source, len(arrays), cfg.frontend, limit)
     engine = Engine(env, ctx, policy, latency)
     if cfg.events:
         env.process(control_process(env, engine, cfg.events))
-    return Model(env, ctx, rec, policy, latency, engine)
+    return Model(env, ctx, rec, policy, latency, engine, api)
+
+
+def api_server_limit(cfg: VariantConfig) -> int | None:
+    """The ``max_model_len`` the API server checks prompt + ``max_tokens`` against: the
+    policy's, for a workload whose requests carry ``max_tokens`` (None: no check)."""
+    if not getattr(cfg.workload.cls, "sends_max_tokens", False):
+        return None
+    return getattr(cfg.policy.params, "max_model_len", None)
 
 
 def _section(section: str, build: Callable[[], T]) -> T:

@@ -17,6 +17,12 @@ workload's :class:`~orcasim.workload.base.WorkloadArrays`);
 :class:`StagedSource` is the SimPy process that releases the requests. A
 request's recorded arrival is the time it is sent, as the client measures
 its latencies from there. Every request still ends in exactly one state.
+
+With ``resend_failed``, a request whose ``prev`` failed (rejected or
+aborted) is a conversation round sent on a history that does not hold the
+failed round: it sends the failed round's prompt again (its length and
+block hashes), and every later round of that conversation the round after
+the one its predecessor sent, as inference-perf's multi-turn sessions do.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import numpy as np
 import simpy
 
 from orcasim.context import SchedulerContext
-from orcasim.request import Request
+from orcasim.request import Request, RequestState
 from orcasim.source import OpenLoopSource, delay_until
 from orcasim.workload.base import WorkloadArrays
 
@@ -45,7 +51,8 @@ class StagedRelease:
     (a stage may have none: it ends as it starts); ``prev`` the request that must end
     first (-1: none); ``interval`` the pause between stages; ``lead`` the time
     from a stage's queueing to its start; ``poll`` how often the end of a stage
-    is checked; ``max_concurrency`` the most requests in flight (0: no limit).
+    is checked; ``max_concurrency`` the most requests in flight (0: no limit);
+    ``resend_failed``: a conversation's failed rounds stay out of its history.
     """
 
     stage: np.ndarray
@@ -56,6 +63,7 @@ class StagedRelease:
     lead: float = 1.0
     poll: float = 1.0
     max_concurrency: int = 0
+    resend_failed: bool = False
 
     def next_origin(self, origin: float, last_end: float | None) -> float:
         """The start of the next stage, given this one's start and its last request's end
@@ -108,6 +116,10 @@ class StagedSource(OpenLoopSource):
         self._held: deque[int] = deque()  # waiting for a concurrency slot
         self._blocked: dict[int, int] = {}  # prev index -> the request waiting for it
         self._ended = bytearray(len(stage))
+        self._failed = bytearray(len(stage))
+        # the workload row each request sends (itself unless a round before it failed)
+        self._row: list[int] = list(range(len(stage)))
+        self._after: dict[int, int] = {p: i for i, p in enumerate(self._prev) if p >= 0}
         self._in_flight = 0
         self._submitted = 0
         self.origins: list[float] = []
@@ -169,12 +181,26 @@ class StagedSource(OpenLoopSource):
 
     def _send(self, i: int, now: float) -> None:
         self._submitted += 1
-        self.ctx.submit(self._request(i, now))
+        req = self._request(i, now)
+        p = self._prev[i]
+        if self.rel.resend_failed and p >= 0:
+            # a failed round leaves the history as it was: this round sends that round's
+            # prompt again; after a success it sends the round after the one p sent
+            row = self._row[p] if self._failed[p] else self._after[self._row[p]]
+            self._row[i] = row
+            if row != i:
+                req.prompt_len = self._prompt[row]
+                for key, col in self._attrs:
+                    if key == "hash_ids":
+                        req.hash_ids = col[row]
+        self.ctx.submit(req)
 
     def _on_end(self, req: Request) -> None:
         i = req.id
         now = self.env.now
         self._ended[i] = 1
+        if req.state != RequestState.FINISHED:
+            self._failed[i] = 1
         self._in_flight -= 1
         nxt = self._blocked.pop(i, None)
         if nxt is not None:

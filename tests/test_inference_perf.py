@@ -26,10 +26,13 @@ SHARED = {
 }
 
 
-def scenario(config, *, latency=None, **workload) -> orcasim.Scenario:
+def scenario(config, *, latency=None, frontend=False, **workload) -> orcasim.Scenario:
+    """The API server is left out (frontend: false) unless asked for: these tests check the
+    engine's own timestamps."""
     return orcasim.Scenario({
         "workload": {"type": "inference_perf", "config": config, **workload},
-        "engine": {"latency": latency or {"type": "constant", "step_time": 0.01}},
+        "engine": {"latency": latency or {"type": "constant", "step_time": 0.01},
+                   "frontend": frontend},
         "policy": {"type": "vllm-v1", "max_num_seqs": 8, "max_num_batched_tokens": 512,
                    "max_model_len": 4096, "num_blocks": 4000, "block_size": 16},
     })
@@ -182,8 +185,9 @@ def test_lifecycle_files_match_the_requests(tmp_path):
         "percentiles": [50, 90]}})))
     sc = tmp_path / "s.yaml"
     sc.write_text(yaml.safe_dump({
-        "workload": {"type": "inference_perf", "config": str(path)},
-        "engine": {"latency": {"type": "constant", "step_time": 0.01}},
+        "workload": {"type": "inference_perf", "config": str(path),
+                     "inference_perf_version": "0.6"},
+        "engine": {"latency": {"type": "constant", "step_time": 0.01}, "frontend": "off"},
         "policy": {"type": "vllm-v1", "max_num_seqs": 8, "max_num_batched_tokens": 512,
                    "max_model_len": 4096, "num_blocks": 4000}}))
     out = tmp_path / "out"
@@ -226,6 +230,12 @@ def test_shipped_example_scenario_validates_and_runs(tmp_path, capsys):
     body = json.loads((tmp_path / "inference_perf" / "vllm-v1" /
                        "stage_0_lifecycle_metrics.json").read_text())
     assert body["successes"]["count"] == 60 and body["failures"]["count"] == 0
+    # the front end is on: the lifecycle TTFT is the client's, about 5.5 ms after the engine's
+    # (232 us + 1,101 x 1.75 us in the server, 3.357 ms for the first message)
+    engine = json.loads((tmp_path / "summary.json").read_text())["variants"]["vllm-v1"]
+    ttft = body["successes"]["latency"]["time_to_first_token"]["mean"]
+    assert ttft == pytest.approx(engine["class.stage0.ttft_mean"] + 232e-6 + 1101 * 1.75e-6
+                                 + 3.357e-3, abs=2e-4)
 
 
 @pytest.mark.parametrize("config,msg", [

@@ -236,8 +236,7 @@ def test_frontend_queues_requests_in_one_server_and_delays_each_message():
     fe = FrontendOptions(request_s=0.001, per_prompt_token_s=1e-5, per_output_s=0.002,
                          messages_per_token=2)
     # both sent at 0: the second waits for the first one's 1 ms + 10 ms of tokenising
-    engine = fe.engine_arrivals(np.array([0.0, 0.0, 0.5]), np.array([1000, 10, 0]))
-    assert engine.tolist() == pytest.approx([0.011, 0.0121, 0.501])
+    assert fe.service(1000) == pytest.approx(0.011) and fe.service(10) == pytest.approx(0.0011)
     sc = orcasim.Scenario({
         "workload": {"type": "list", "requests": [
             {"arrival": 0, "prompt_len": 1000, "output_len": 3},
@@ -248,6 +247,7 @@ def test_frontend_queues_requests_in_one_server_and_delays_each_message():
     v = next(iter(orcasim.simulate(sc).variants.values()))
     req = v.requests
     assert req.arrival.tolist() == pytest.approx([0.011, 0.0121])  # the engine's queue
+    assert req.sent.tolist() == [0.0, 0.0]  # the clients' sends
     assert req.first_token.tolist() == pytest.approx([0.021, 0.031])
     assert req.finish.tolist() == pytest.approx([0.041, 0.041])
     s = v.summary

@@ -34,6 +34,12 @@ TABLE_METRICS = [
     "itl_p99",
     "e2e_p50",
     "e2e_p99",
+    # with the front end: the client's view
+    "client_ttft_p50",
+    "client_ttft_p99",
+    "client_tpot_p50",
+    "client_e2e_p50",
+    "client_e2e_p99",
     "makespan_s",
     "num_steps",
     "mean_batch_size",
@@ -50,7 +56,8 @@ TABLE_METRICS = [
 ]
 
 CLASS_METRICS = ["num_finished", "num_rejected", "num_aborted", "throughput_tok_s",
-                 "queue_delay_p99", "ttft_p50", "ttft_p99", "tpot_p50", "e2e_p99"]
+                 "queue_delay_p99", "ttft_p50", "ttft_p99", "tpot_p50", "e2e_p99",
+                 "client_ttft_p50", "client_ttft_p99", "client_e2e_p99"]
 TENANT_METRICS = ["num_requests", "num_finished", "service_tokens", "ttft_p99"]
 
 
@@ -61,7 +68,8 @@ def group_tables(res) -> list[tuple[str, list[str]]]:
         names = list(dict.fromkeys(
             k[len(kind) + 1:].rpartition(".")[0] for v in res.values() for k in v.summary
             if k.startswith(kind + ".")))
-        keys = [f"{kind}.{n}.{m}" for n in names for m in wanted]
+        present = {k for v in res.values() for k in v.summary}
+        keys = [k for n in names for m in wanted if (k := f"{kind}.{n}.{m}") in present]
         if kind == "tenant" and names:
             keys.append("jain_index")
         if keys:

@@ -72,6 +72,8 @@ class VariantResult:
                 "num_preemptions": c["num_preemptions"],
             }
         )
+        if "sent" in c:  # the API server is modelled: when each client sent its request
+            df.insert(df.columns.get_loc("arrival"), "sent", c["sent"])
         for k, v in request_latencies(c).items():
             df[k] = v
         return df

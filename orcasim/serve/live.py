@@ -87,6 +87,8 @@ class Ticket:
 class LiveSource:
     """``ctx.source`` of a live run: no scheduled arrivals, exhausted once the server stops."""
 
+    lazy = False  # requests are submitted as they come, never released lazily
+
     def __init__(self) -> None:
         self.closed = False
 
@@ -122,7 +124,8 @@ class LiveSimulation:
         self.cfg = cfg
         self.notify = notify
         self.env = simpy.rt.RealtimeEnvironment(factor=factor, strict=False)
-        self.model: Model = build_model(cfg, _no_requests(), seed=seed, env=self.env)
+        self.model: Model = build_model(cfg, _no_requests(), seed=seed, env=self.env,
+                                      api_server=False)
         ctx = self.model.ctx
         self.source = ctx.source = LiveSource()  # type: ignore[assignment]
         ctx.on_end = self._ended

@@ -37,13 +37,19 @@ produces the requests it would send, as its code (v0.6.1 and main of August
   count, unknown here: unlimited unless ``max_concurrency`` is given).
 
 Every request is in class ``stage<k>``, so summaries are reported per stage.
+inference-perf measures at the client, so the scenario's front end (the API
+server, :mod:`orcasim.frontend`) is on unless ``engine.frontend`` is off, and
+every request carries ``max_tokens``: vLLM's server refuses one whose prompt
+plus ``max_tokens`` exceeds ``max_model_len`` (:mod:`orcasim.api_server`). A
+multi-turn round that failed (rejected or aborted) stays out of its user's
+history, as in inference-perf: the next round resends its prompt.
 """
 
 from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import yaml
@@ -143,6 +149,11 @@ class _Interner:
 class InferencePerf(Workload):
     """The requests an inference-perf config sends (see the module docstring)."""
 
+    #: measured at the client: the API server is modelled unless ``engine.frontend`` is off
+    client_side: ClassVar[bool] = True
+    #: every request carries ``max_tokens`` (its output length): the server checks it
+    sends_max_tokens: ClassVar[bool] = True
+
     class Params(ComponentParams):
         config: str | dict[str, Any] = Field(description="inference-perf config: a YAML path, "
                                              "a shipped name, or the config inline")
@@ -155,6 +166,10 @@ class InferencePerf(Workload):
                                             "worker_max_concurrency when num_workers is set)")
         assume_max_tokens: bool = Field(False, description="simulate outputs of max_tokens "
                                         "even with ignore_eos: false")
+        inference_perf_version: Literal["0.4", "0.5", "0.6"] = Field(
+            "0.5", description="the inference-perf release whose streamed-token accounting the "
+            "lifecycle files follow (0.4: one timestamp per message; 0.5: two per message; 0.6 "
+            "and later: one per token)")
         session_start: Literal["empty", "system_prompt"] = Field(
             "empty", description="multi-turn: a session's first context (empty: inference-perf "
             "0.5.0 and later; system_prompt: up to 0.4.x)")
@@ -196,7 +211,7 @@ class InferencePerf(Workload):
         release = StagedRelease(stage=stage, offset=np.concatenate(offsets),
                                 prev=np.asarray(prev, dtype=np.int64), counts=tuple(counts),
                                 interval=cfg.load.interval, lead=LEAD_S, poll=POLL_S,
-                                max_concurrency=cap)
+                                max_concurrency=cap, resend_failed=sessions is not None)
         origins = release.nominal_origins()
         arrival = np.concatenate([origins[k] + o for k, o in enumerate(offsets)])
         out = WorkloadArrays(arrival=arrival, prompt_len=prompt + p.special_tokens,
