@@ -93,7 +93,7 @@ def test_lifecycle_figures_are_the_clients_as_inference_perf_computes_them(
     assert summ["client_tpot_mean"] == pytest.approx(0.01, abs=1e-12)
     assert summ["class.stage0.client_ttft_p50"] == pytest.approx(ttft, abs=1e-12)
     assert summ["class.stage0.client_e2e_p99"] == pytest.approx(e2e, abs=1e-12)
-    req = pd.read_csv(tmp_path / "out" / "requests.csv")
+    req = pd.read_parquet(tmp_path / "out" / "requests.parquet")
     assert (req["arrival"] - req["sent"]).tolist() == pytest.approx([0.0026] * 2, abs=1e-12)
     assert req["sent"].tolist() == pytest.approx([offset[0], 1.0], abs=1e-12)
 

@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pandas as pd
+import pytest
 
 import orcasim
 from orcasim.cli import main
@@ -47,6 +48,27 @@ def test_parquet_rows_equal_the_requests_frame(tmp_path):
     _same(pd.read_csv(tmp_path / "requests.csv"), frame)
     one = next(iter(res.values()))
     _same(request_table(one.columns).to_pandas(), one.requests)
+
+
+def test_parquet_rows_keep_the_send_times_of_variants_with_the_api_server(tmp_path):
+    """A column only some variants have (``sent``, with the front end) is null in the others."""
+    reqs = [{"arrival": 0.1 * i, "prompt_len": 100, "output_len": 3} for i in range(6)]
+    sc = orcasim.Scenario({
+        "workload": {"type": "list", "requests": reqs},
+        "engine": {"latency": {"type": "constant", "step_time": 0.05}},
+        "policy": {"type": "continuous", "max_batch": 4},
+        "variants": {"plain": {}, "served": {"engine": {"frontend": {
+            "request_s": 0.001, "per_prompt_token_s": 1e-5, "per_output_s": 0.0}}}},
+    })
+    res = orcasim.simulate(sc)
+    res.write(tmp_path, plots=False)
+    table = pd.read_parquet(tmp_path / "requests.parquet")
+    served = table[table["variant"] == "served"]
+    assert served["sent"].tolist() == [0.1 * i for i in range(6)]
+    assert (served["arrival"] - served["sent"]).tolist() == pytest.approx([0.002] * 6, abs=1e-12)
+    assert table.loc[table["variant"] == "plain", "sent"].isna().all()
+    _same(table[table["variant"] == "served"].drop(columns="variant").reset_index(drop=True),
+          res["served"].requests)
 
 
 def test_csv_flag_writes_requests_csv(tmp_path):

@@ -39,9 +39,10 @@ def request_table(columns: Mapping[str, Any], variant: str | None = None) -> pa.
     cols: dict[str, Any] = {}
     if variant is not None:
         cols["variant"] = pa.repeat(pa.scalar(variant, pa.string()), len(ids))
+    cols.update({"id": ids, "name": names})
+    if "sent" in c:  # the API server is modelled: when each client sent its request
+        cols["sent"] = c["sent"]
     cols.update({
-        "id": ids,
-        "name": names,
         "arrival": c["arrival"],
         "first_scheduled": c["first_scheduled"],
         "first_token": c["first_token"],
@@ -63,8 +64,15 @@ def request_table(columns: Mapping[str, Any], variant: str | None = None) -> pa.
 def write_requests_parquet(path: Path, tables: list[pa.Table]) -> None:
     """Write the variants' tables one after another into one Parquet file (a row group or
     more each), never holding their concatenation."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    with pq.ParquetWriter(path, tables[0].schema) as writer:
+    # a column some variants lack is null in their rows; columns in the widest table's order
+    widest = max(tables, key=lambda t: t.num_columns)
+    schema = pa.unify_schemas([widest.schema, *(t.schema for t in tables)])
+    with pq.ParquetWriter(path, schema) as writer:
         for t in tables:
+            if t.schema != schema:
+                t = pa.table({f.name: t[f.name] if f.name in t.column_names
+                              else pa.nulls(len(t), f.type) for f in schema}, schema=schema)
             writer.write_table(t)
