@@ -104,6 +104,7 @@ class ScenarioModel(ComponentParams):
     output: OutputOptions = Field(default_factory=OutputOptions)
     admission: list[Any] = Field(default_factory=list)
     events: list[ControlEvent] = Field(default_factory=list)
+    cluster: Any = None  # replicas behind a router (orcasim.cluster.config)
     variants: dict[str, dict[str, Any] | None] | None = None
     sweep: SweepOptions | None = None
 
@@ -136,6 +137,7 @@ class VariantConfig:
     events: tuple[ControlEvent, ...] = ()
     memory: MemoryOptions | None = None
     clients: ClientOptions | None = None
+    cluster: Any = None  # a ClusterConfig: replicas behind a router
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved configuration, every default filled in."""
@@ -152,6 +154,8 @@ class VariantConfig:
             out["memory"] = self.memory.model_dump()
         if self.clients is not None:
             out["clients"] = self.clients.model_dump()
+        if self.cluster is not None:
+            out["cluster"] = self.cluster.to_dict()
         return out
 
 
@@ -297,9 +301,20 @@ def _variant(name: str, raw: dict[str, Any], where: str) -> VariantConfig:
             events=tuple(model.events),
             memory=model.memory,
             clients=model.clients,
+            cluster=_cluster(model),
         )
     except ScenarioError as err:
         raise ScenarioError(f"{where}{err.field}" if where else err.field, err.message) from None
+
+
+def _cluster(model: ScenarioModel) -> Any:
+    """The resolved ``cluster`` section (``None`` without one)."""
+    if model.cluster is None:
+        return None
+    from orcasim.cluster.config import build_cluster
+
+    return build_cluster(model.cluster, model.policy, model.engine.latency, model.memory,
+                         model.admission, model.events)
 
 
 def merge(base: Any, over: Any) -> Any:

@@ -39,6 +39,7 @@ class VariantResult:
     steps: list[tuple[int, float, float, tuple[str | None, ...]]] | None
     summary: dict[str, float]
     kv_series: dict[str, np.ndarray] | None = None  # KV memory use over time (memory runs)
+    routing: dict[str, Any] | None = None  # a cluster's routing log (cluster.routing_log)
 
     @property
     def requests(self) -> pd.DataFrame:
@@ -66,6 +67,8 @@ class VariantResult:
                 "num_preemptions": c["num_preemptions"],
             }
         )
+        if "replica" in c:  # a cluster run: the replica that served it (None: rejected)
+            df["replica"] = c["replica"]
         for k, v in request_latencies(c).items():
             df[k] = v
         return df
@@ -326,6 +329,15 @@ class Results(Mapping[str, VariantResult]):
             df = pd.concat(kv, ignore_index=True)
             df[["variant", *[c for c in df.columns if c != "variant"]]].to_csv(p, index=False)
             written.append(p)
+        routing = [pd_frame(v.routing).assign(variant=n) for n, v in self.variants.items()
+                   if v.routing is not None]
+        if routing:
+            import pandas as pd
+
+            p = out / "routing.csv"
+            df = pd.concat(routing, ignore_index=True)
+            df[["variant", *[c for c in df.columns if c != "variant"]]].to_csv(p, index=False)
+            written.append(p)
         steps = self.steps
         if steps is not None:
             p = out / "steps.csv"
@@ -353,7 +365,14 @@ class Results(Mapping[str, VariantResult]):
         return written
 
 
-_GROUP_KINDS = ("class", "tenant")
+_GROUP_KINDS = ("class", "tenant", "replica")
+
+
+def pd_frame(columns: Mapping[str, Any]) -> pd.DataFrame:
+    """A DataFrame of ``columns`` (pandas imported only here)."""
+    import pandas as pd
+
+    return pd.DataFrame(dict(columns))
 
 
 def split_summary_key(key: str) -> tuple[str | None, str | None, str]:

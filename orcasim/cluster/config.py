@@ -1,0 +1,175 @@
+"""The ``cluster:`` scenario section: groups of replicas behind one router.
+
+::
+
+    cluster:
+      router: {type: prefix_affinity, prefix_blocks: 2}
+      staleness: 0.05          # seconds between scrapes of replica load (0: live)
+      admission: [{type: max_queue, limit: 512}]   # cluster-level rejection
+      routing_log: true
+      groups:
+        - {name: a, count: 4}                          # the scenario's policy, engine, memory
+        - {name: b, count: 2, policy: {type: vllm-v1}, engine: {latency: {type: linear}}}
+
+A group without ``policy``, ``engine`` or ``memory`` takes the scenario's
+top-level one. Every replica is a whole engine (its own slots and KV pool).
+Only ``role: mixed`` replicas exist yet; disaggregated prefill/decode, replica
+faults and autoscaling are refused with a clear error until they are built.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from orcasim import admission as _admission  # noqa: F401  (register the controllers)
+from orcasim import registry
+from orcasim import routing as _routing  # noqa: F401  (register the routing policies)
+from orcasim.errors import ScenarioError
+from orcasim.kv.config import MemoryOptions
+from orcasim.params import ComponentParams
+from orcasim.spec import Spec, build_spec, validate_params
+
+#: replicas a cluster may have at most (every one is a whole engine)
+MAX_REPLICAS = 4096
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
+#: cluster-level admission controllers that read only what a router knows
+CLUSTER_ADMISSION = ("max_queue", "token_bucket", "slo_ttft")
+NOT_YET = {
+    "faults": "replica faults are not supported yet",
+    "autoscaling": "autoscaling is not supported yet",
+    "link": "KV transfer links (disaggregated prefill/decode) are not supported yet",
+}
+
+
+class GroupEngine(ComponentParams):
+    latency: Any = Field(default_factory=lambda: {"type": "linear"})
+
+
+class GroupOptions(ComponentParams):
+    """One group of identical replicas."""
+
+    name: str | None = None
+    count: int = Field(1, ge=1, le=MAX_REPLICAS)
+    role: Literal["mixed", "prefill", "decode"] = "mixed"
+    policy: Any = None
+    engine: GroupEngine | None = None
+    memory: MemoryOptions | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _plain(cls, name: str | None) -> str | None:
+        if name is not None and not _NAME.fullmatch(name):
+            raise ValueError("must be 1-40 characters from A-Z a-z 0-9 _ -")
+        return name
+
+
+class ClusterOptions(ComponentParams):
+    groups: list[GroupOptions] = Field(min_length=1)
+    router: Any = "round_robin"
+    staleness: float = Field(0.0, ge=0, le=1e6, description="seconds between scrapes of "
+                             "replica load by the router (0: it reads live state)")
+    admission: list[Any] = Field(default_factory=list)
+    routing_log: bool = False
+    faults: Any = None
+    autoscaling: Any = None
+    link: Any = None
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """A resolved group: its replicas' policy, latency model and memory."""
+
+    name: str
+    count: int
+    role: str
+    policy: Spec
+    latency: Spec
+    memory: MemoryOptions | None
+
+    def replica_names(self) -> list[str]:
+        """``name`` for a one-replica group, else ``name-0``, ``name-1``..."""
+        if self.count == 1:
+            return [self.name]
+        return [f"{self.name}-{k}" for k in range(self.count)]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"name": self.name, "count": self.count, "role": self.role,
+               "policy": self.policy.to_dict(), "engine": {"latency": self.latency.to_dict()}}
+        if self.memory is not None:
+            out["memory"] = self.memory.model_dump()
+        return out
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """A resolved ``cluster`` section."""
+
+    groups: tuple[GroupConfig, ...]
+    router: Spec
+    staleness: float
+    admission: tuple[Spec, ...]
+    routing_log: bool
+
+    @property
+    def num_replicas(self) -> int:
+        return sum(g.count for g in self.groups)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"groups": [g.to_dict() for g in self.groups], "router": self.router.to_dict(),
+                "staleness": self.staleness, "admission": [a.to_dict() for a in self.admission],
+                "routing_log": self.routing_log}
+
+
+def build_cluster(data: Any, policy: Any, latency: Any, memory: MemoryOptions | None,
+                  top_admission: list[Any], events: list[Any]) -> ClusterConfig:
+    """Validate a ``cluster`` section; groups inherit the scenario's policy, latency, memory."""
+    opts: ClusterOptions = validate_params(ClusterOptions, data, "cluster")  # type: ignore[assignment]
+    for key, why in NOT_YET.items():
+        if getattr(opts, key) is not None:
+            raise ScenarioError(f"cluster.{key}", why)
+    if top_admission:
+        raise ScenarioError("admission", "with a cluster section, admission control is "
+                            "cluster-level: move it to cluster.admission")
+    if events:
+        raise ScenarioError("events", "scenario events (drain, hard_stop) are not supported "
+                            "with a cluster section yet")
+    groups = []
+    seen: set[str] = set()
+    for k, g in enumerate(opts.groups):
+        path = f"cluster.groups.{k}"
+        if g.role != "mixed":
+            raise ScenarioError(f"{path}.role", f"{g.role!r} replicas (disaggregated "
+                                "prefill/decode) are not supported yet; use role: mixed")
+        name = g.name or f"g{k}"
+        if name in seen:
+            raise ScenarioError(f"{path}.name", f"group name {name!r} is used twice")
+        seen.add(name)
+        pol = build_spec(registry.policies, g.policy if g.policy is not None else policy,
+                         f"{path}.policy" if g.policy is not None else "policy")
+        lat_raw = g.engine.latency if g.engine is not None else latency
+        lat = build_spec(registry.latency_models, lat_raw,
+                         f"{path}.engine.latency" if g.engine is not None else "engine.latency")
+        mem = g.memory if "memory" in g.model_fields_set else memory
+        groups.append(GroupConfig(name, g.count, g.role, pol, lat, mem))
+    total = sum(g.count for g in groups)
+    if total > MAX_REPLICAS:
+        raise ScenarioError("cluster.groups", f"{total} replicas; at most {MAX_REPLICAS}")
+    names = [n for g in groups for n in g.replica_names()]
+    if len(set(names)) != len(names):
+        raise ScenarioError("cluster.groups", "replica names collide (a group named like "
+                            "another group's numbered replica); rename a group")
+    router = build_spec(registry.routers, opts.router, "cluster.router")
+    admission = []
+    for i, a in enumerate(opts.admission):
+        spec = build_spec(registry.admission, a, f"cluster.admission.{i}")
+        if spec.type not in CLUSTER_ADMISSION:
+            raise ScenarioError(f"cluster.admission.{i}.type", f"{spec.type!r} reads one "
+                                "engine's queue or memory; at cluster level use one of: "
+                                f"{', '.join(CLUSTER_ADMISSION)}")
+        admission.append(spec)
+    return ClusterConfig(tuple(groups), router, opts.staleness, tuple(admission),
+                         opts.routing_log)

@@ -1,0 +1,182 @@
+"""Building and running a cluster: replicas (whole engines) behind one router, one SimPy env.
+
+Every replica is built exactly as :func:`orcasim.simulation.build_model`
+builds the single engine (KV memory, policy, clients, latency model, engine)
+with its own recorder; the workload's source submits into the router. A
+one-replica cluster therefore runs the same events in the same order as the
+single engine and gives bit-identical results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import numpy as np
+import simpy
+
+from orcasim.admission.base import Gate
+from orcasim.cluster.config import GroupConfig
+from orcasim.cluster.router import AdmissionView, Router
+from orcasim.context import SchedulerContext
+from orcasim.engine import Engine
+from orcasim.errors import ScenarioError, SimulationError
+from orcasim.latency.base import LatencyModel
+from orcasim.metrics.recorder import Recorder
+from orcasim.policies.base import Policy
+from orcasim.request import Request
+from orcasim.routing.base import RouterView
+from orcasim.scenario import VariantConfig
+from orcasim.source import make_source
+from orcasim.workload.base import WorkloadArrays
+
+#: spawn key of the router's random stream (the policies' is 1, the workload's the seed itself)
+ROUTER_RNG_STREAM = 2
+
+
+@dataclass
+class Replica:
+    """One engine of the cluster."""
+
+    index: int
+    name: str
+    group: GroupConfig
+    ctx: SchedulerContext
+    recorder: Recorder
+    policy: Policy
+    latency: LatencyModel
+    engine: Engine | None = None
+
+    def kv_usage(self) -> float:
+        """Share of the replica's KV pool allocated now (0 without a memory limit)."""
+        kv = self.ctx.kv
+        return float(kv.usage) if kv.limited else 0.0
+
+    def prefix_hit_tokens(self, keys: list[object]) -> int:
+        """Leading tokens of a prompt with block content ``keys`` in this replica's prefix cache."""
+        mgr = getattr(self.policy, "kv", None)
+        if mgr is None or not getattr(mgr, "enable_caching", False):
+            return 0
+        ids = mgr.hasher.lookup_chain(keys)
+        get = mgr.pool.get_cached_block
+        n = 0
+        for h in ids:
+            if get(h) is None:
+                break
+            n += 1
+        return n * mgr.block_size
+
+
+@dataclass
+class ClusterModel:
+    """A cluster's SimPy model, built and ready to run."""
+
+    env: simpy.Environment
+    replicas: list[Replica]
+    router: Router
+
+
+def build_cluster_model(cfg: VariantConfig, arrays: WorkloadArrays, *, trace_steps: bool = False,
+                        seed: int | None = None) -> ClusterModel:
+    """Build ``cfg``'s cluster on ``arrays``: replicas, router, source, engines."""
+    from orcasim.simulation import _section, build_model_parts
+
+    cluster = cfg.cluster
+    assert cluster is not None
+    s = cfg.seed if seed is None else seed
+    env = simpy.Environment()
+    replicas: list[Replica] = []
+    for g_index, group in enumerate(cluster.groups):
+        for name in group.replica_names():
+            i = len(replicas)
+            rec = Recorder(trace_steps=trace_steps, series_capacity=cfg.output.series_capacity)
+            ctx = SchedulerContext(env, rec, seed=s, rng_key=(i,) if i else ())
+            where = f"cluster.groups.{g_index}"
+            policy, latency = build_model_parts(cfg, group.policy, group.latency, group.memory,
+                                                ctx, arrays, where)
+            replicas.append(Replica(i, name, group, ctx, rec, policy, latency))
+    names = [r.name for r in replicas]
+    view = ClusterRouterView(names, np.random.default_rng(
+        np.random.SeedSequence(s, spawn_key=(ROUTER_RNG_STREAM,))), replicas)
+    routing = _section("cluster.router", lambda: cluster.router.create(view))
+    if routing.needs_prefix_cache:
+        for r in replicas:
+            if not _has_prefix_cache(r.policy):
+                raise ScenarioError("cluster.router", f"routing policy {cluster.router.type!r} "
+                                    f"reads replicas' prefix caches; replica {r.name!r} runs "
+                                    f"policy {r.group.policy.type!r} without one (use vllm-v1 "
+                                    "with enable_prefix_caching)")
+    router = Router(env, replicas, routing, view, Recorder(series_capacity=16),
+                    staleness=cluster.staleness, log=cluster.routing_log)
+    if cluster.admission:
+        adm = AdmissionView(env, replicas)
+        controllers = []
+        for k, spec in enumerate(cluster.admission):
+            controllers.append(_section(f"cluster.admission.{k}",
+                                        lambda spec=spec: spec.create(adm)))
+        router.gate = Gate(controllers)
+    if cluster.staleness > 0:  # first, so each scrape precedes the same instant's arrivals
+        env.process(router.scrape())
+    make_source(env, router, arrays)  # type: ignore[arg-type]
+    for r in replicas:
+        r.engine = Engine(env, r.ctx, r.policy, r.latency)
+    return ClusterModel(env, replicas, router)
+
+
+def _has_prefix_cache(policy: Policy) -> bool:
+    mgr = getattr(policy, "kv", None)
+    return bool(getattr(mgr, "enable_caching", False)) and hasattr(mgr, "hasher")
+
+
+class ClusterRouterView(RouterView):
+    """The router's view with live prefix-cache look-ups into the replicas."""
+
+    def __init__(self, names: list[str], rng: np.random.Generator,
+                 replicas: list[Replica]) -> None:
+        super().__init__(names, rng)
+        self._replicas = replicas
+
+    def prefix_hit_tokens(self, req: Request) -> list[int]:
+        from orcasim.kv.hashing import block_content
+
+        out = []
+        keys_by_size: dict[int, list[object]] = {}
+        for r in self._replicas:
+            mgr = getattr(r.policy, "kv", None)
+            bs = getattr(mgr, "block_size", 0)
+            if not bs:
+                out.append(0)
+                continue
+            keys = keys_by_size.get(bs)
+            if keys is None:  # full prompt blocks, the last token excluded (as a hit is)
+                limit = (max(1, req.prompt_len) - 1) // bs
+                keys = keys_by_size[bs] = [block_content(req, bs, b, shared_output=True)
+                                           for b in range(limit)]
+            out.append(r.prefix_hit_tokens(keys))
+        return out
+
+
+def check_cluster_conservation(cfg: VariantConfig, model: ClusterModel, num_requests: int) -> None:
+    """Every replica conserves its requests, slots and blocks, and across the cluster every
+    request that arrived ended exactly once (on a replica, or rejected by the router)."""
+    from orcasim.simulation import check_conservation
+
+    env, router = model.env, model.router
+    for r in model.replicas:
+        label = SimpleNamespace(name=f"{cfg.name or 'scenario'} replica {r.name}",
+                                policy=r.group.policy)
+        check_conservation(label, r.ctx, r.recorder, r.recorder.num_arrived,  # type: ignore[arg-type]
+                           env.now, r.engine)
+    recs = [router.recorder, *(r.recorder for r in model.replicas)]
+    ended = sum(rec.num_recorded for rec in recs)
+    routed = sum(router.routed)
+    arrived_at_replicas = sum(r.recorder.num_arrived for r in model.replicas)
+    ids = np.concatenate([np.frombuffer(rec._i["id"], dtype=np.int64) if rec._i["id"]
+                          else np.zeros(0, np.int64) for rec in recs])
+    distinct = int(np.unique(ids).size)
+    if (router.num_arrived != num_requests or ended != num_requests or distinct != ended
+            or routed != arrived_at_replicas):
+        raise SimulationError(
+            f"variant {cfg.name!r}: {router.num_arrived} of {num_requests} requests reached "
+            f"the router, {routed} were routed and {arrived_at_replicas} reached a replica; "
+            f"{ended} ended ({distinct} distinct): the cluster lost or double-counted requests")

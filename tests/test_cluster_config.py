@@ -1,0 +1,66 @@
+"""The ``cluster`` section: bad configurations are refused with one line and exit 2."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from orcasim.cli import main
+
+BASE = {"name": "c", "workload": {"type": "list", "requests": [
+    {"arrival": 0, "prompt_len": 8, "output_len": 2}]},
+    "policy": {"type": "continuous", "max_batch": 4}}
+
+
+@pytest.mark.parametrize("cluster,extra,message", [
+    ({"groups": []}, {}, "cluster.groups: List should have at least 1 item"),
+    ({"groups": [{"count": 0}]}, {}, "cluster.groups.0.count: Input should be greater than"),
+    ({"groups": [{"role": "prefill"}]}, {},
+     "cluster.groups.0.role: 'prefill' replicas (disaggregated prefill/decode) are not "
+     "supported yet"),
+    ({"groups": [{"count": 1}], "faults": [{"at": 3}]}, {},
+     "cluster.faults: replica faults are not supported yet"),
+    ({"groups": [{"count": 1}], "autoscaling": {"min": 1}}, {},
+     "cluster.autoscaling: autoscaling is not supported yet"),
+    ({"groups": [{"count": 1}], "router": "nearest"}, {},
+     "cluster.router.type: unknown routing policy 'nearest'"),
+    ({"groups": [{"count": 2}], "router": "kv_overlap"}, {},
+     "cluster.router: routing policy 'kv_overlap' reads replicas' prefix caches; replica "
+     "'g0-0' runs policy 'continuous' without one"),
+    ({"groups": [{"count": 1}], "admission": [{"type": "shed"}]}, {},
+     "cluster.admission.0"),
+    ({"groups": [{"count": 1}]}, {"admission": [{"type": "max_queue", "limit": 3}]},
+     "admission: with a cluster section, admission control is cluster-level"),
+    ({"groups": [{"name": "a"}, {"name": "a"}]}, {}, "cluster.groups.1.name: group name 'a'"),
+    ({"groups": [{"count": 1}], "staleness": -1}, {}, "cluster.staleness: Input should be"),
+    ({"groups": [{"count": 1}], "router": {"type": "weighted", "scorers": [
+        {"type": "round_robin"}]}}, {},
+     "cluster.router.scorers.0.type: routing policy 'round_robin' does not score replicas"),
+    ({"groups": [{"count": 1, "policy": {"type": "fcfs", "max_batch": 0}}]}, {},
+     "cluster.groups.0.policy.max_batch"),
+])
+def test_bad_cluster_is_one_line_and_exit_2(tmp_path, capsys, cluster, extra, message):
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump({**BASE, **extra, "cluster": cluster}))
+    assert main(["run", str(p), "--out", str(tmp_path / "out"), "--no-plots"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err
+    assert message in err
+
+
+def test_cluster_run_writes_replica_columns_and_routing_log(tmp_path, capsys):
+    import pandas as pd
+
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump({**BASE, "cluster": {"routing_log": True,
+                                                     "groups": [{"name": "r", "count": 2}]}}))
+    assert main(["run", str(p), "--out", str(tmp_path / "out"), "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert "per replica:" in out and "replica.r-0.routed_share" in out
+    req = pd.read_csv(tmp_path / "out" / "requests.csv")
+    assert req["replica"].tolist() == ["r-0"]
+    log = pd.read_csv(tmp_path / "out" / "routing.csv")
+    assert log[["variant", "id", "replica"]].values.tolist() == [["continuous", 0, "r-0"]]
+    tidy = pd.read_csv(tmp_path / "out" / "summary_long.csv")
+    rows = tidy[(tidy["group_kind"] == "replica") & (tidy["metric"] == "num_finished")]
+    assert dict(zip(rows["group"], rows["value"], strict=True)) == {"r-0": 1.0, "r-1": 0.0}
