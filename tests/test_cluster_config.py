@@ -18,8 +18,10 @@ BASE = {"name": "c", "workload": {"type": "list", "requests": [
     ({"groups": [{"role": "prefill"}]}, {},
      "cluster.groups.0.role: 'prefill' replicas (disaggregated prefill/decode) are not "
      "supported yet"),
-    ({"groups": [{"count": 1}], "faults": [{"at": 3}]}, {},
-     "cluster.faults: replica faults are not supported yet"),
+    ({"groups": [{"count": 2}], "faults": {"events": [{"replica": "g0-7", "at": 3}]}}, {},
+     "cluster.faults.events.0.replica: no replica 'g0-7' (replicas: g0-0, g0-1)"),
+    ({"groups": [{"count": 1}], "faults": {"random": {"mttf": 0, "mttr": 1}}}, {},
+     "cluster.faults.random.mttf: Input should be greater than 0"),
     ({"groups": [{"count": 1}], "autoscaling": {"min": 1}}, {},
      "cluster.autoscaling: autoscaling is not supported yet"),
     ({"groups": [{"count": 1}], "router": "nearest"}, {},

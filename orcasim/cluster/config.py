@@ -13,8 +13,10 @@
 
 A group without ``policy``, ``engine`` or ``memory`` takes the scenario's
 top-level one. Every replica is a whole engine (its own slots and KV pool).
-Only ``role: mixed`` replicas exist yet; disaggregated prefill/decode, replica
-faults and autoscaling are refused with a clear error until they are built.
+Replica failures (``faults``) are scheduled or random; see
+:mod:`orcasim.cluster.faults`. Only ``role: mixed`` replicas exist yet:
+disaggregated prefill/decode and autoscaling are refused with a clear error
+until they are built.
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ _NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
 #: cluster-level admission controllers that read only what a router knows
 CLUSTER_ADMISSION = ("max_queue", "token_bucket", "slo_ttft")
 NOT_YET = {
-    "faults": "replica faults are not supported yet",
     "autoscaling": "autoscaling is not supported yet",
     "link": "KV transfer links (disaggregated prefill/decode) are not supported yet",
 }
@@ -67,6 +68,33 @@ class GroupOptions(ComponentParams):
         return name
 
 
+class FaultEvent(ComponentParams):
+    """One replica fails at ``at`` and (optionally) is repaired ``repair_after`` s later."""
+
+    replica: str
+    at: float = Field(ge=0, le=1e9)
+    repair_after: float | None = Field(None, gt=0, le=1e9, description="none: stays down")
+
+
+class RandomFaults(ComponentParams):
+    """Every replica fails after an exponential time (mean ``mttf``) and is repaired after
+    another (mean ``mttr``), over and over, from the run's fault stream."""
+
+    mttf: float = Field(gt=0, le=1e9, description="mean time to failure per replica, s")
+    mttr: float = Field(gt=0, le=1e9, description="mean time to repair, s")
+
+
+class FaultOptions(ComponentParams):
+    """Replica failures: scheduled ``events`` and/or ``random`` ones."""
+
+    events: list[FaultEvent] = Field(default_factory=list)
+    random: RandomFaults | None = None
+    health_check_delay: float = Field(1.0, ge=0, le=1e6, description="seconds until the "
+                                      "router notices a failure")
+    max_retries: int = Field(1, ge=0, le=100, description="times a request lost to a failure "
+                             "is retried on another replica (0: aborted as replica_failed)")
+
+
 class ClusterOptions(ComponentParams):
     groups: list[GroupOptions] = Field(min_length=1)
     router: Any = "round_robin"
@@ -74,7 +102,7 @@ class ClusterOptions(ComponentParams):
                              "replica load by the router (0: it reads live state)")
     admission: list[Any] = Field(default_factory=list)
     routing_log: bool = False
-    faults: Any = None
+    faults: FaultOptions | None = None
     autoscaling: Any = None
     link: Any = None
 
@@ -113,6 +141,7 @@ class ClusterConfig:
     staleness: float
     admission: tuple[Spec, ...]
     routing_log: bool
+    faults: FaultOptions | None = None
 
     @property
     def num_replicas(self) -> int:
@@ -121,7 +150,8 @@ class ClusterConfig:
     def to_dict(self) -> dict[str, Any]:
         return {"groups": [g.to_dict() for g in self.groups], "router": self.router.to_dict(),
                 "staleness": self.staleness, "admission": [a.to_dict() for a in self.admission],
-                "routing_log": self.routing_log}
+                "routing_log": self.routing_log,
+                "faults": self.faults.model_dump() if self.faults is not None else None}
 
 
 def build_cluster(data: Any, policy: Any, latency: Any, memory: MemoryOptions | None,
@@ -162,6 +192,12 @@ def build_cluster(data: Any, policy: Any, latency: Any, memory: MemoryOptions | 
     if len(set(names)) != len(names):
         raise ScenarioError("cluster.groups", "replica names collide (a group named like "
                             "another group's numbered replica); rename a group")
+    if opts.faults is not None:
+        for k, ev in enumerate(opts.faults.events):
+            if ev.replica not in names:
+                raise ScenarioError(f"cluster.faults.events.{k}.replica", f"no replica "
+                                    f"{ev.replica!r} (replicas: {', '.join(names[:8])}"
+                                    f"{', ...' if len(names) > 8 else ''})")
     router = build_spec(registry.routers, opts.router, "cluster.router")
     admission = []
     for i, a in enumerate(opts.admission):
@@ -172,4 +208,4 @@ def build_cluster(data: Any, policy: Any, latency: Any, memory: MemoryOptions | 
                                 f"{', '.join(CLUSTER_ADMISSION)}")
         admission.append(spec)
     return ClusterConfig(tuple(groups), router, opts.staleness, tuple(admission),
-                         opts.routing_log)
+                         opts.routing_log, opts.faults)

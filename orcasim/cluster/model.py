@@ -9,8 +9,9 @@ single engine and gives bit-identical results.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import simpy
@@ -46,6 +47,18 @@ class Replica:
     policy: Policy
     latency: LatencyModel
     engine: Engine | None = None
+    #: the engines (contexts, policies) this replica ran before failures, oldest first
+    past: list[tuple[SchedulerContext, Policy, Engine]] = field(default_factory=list)
+    up: bool = True  # False while failed
+    #: requests routed here while it was down and the router did not know yet
+    limbo: list[Request] = field(default_factory=list)
+    healthy: bool = True  # what the router believes (it notices a failure after a delay)
+
+    @property
+    def busy_time(self) -> float:
+        """GPU-busy seconds over every engine this replica ran."""
+        now = self.engine.busy_time if self.engine is not None else 0.0
+        return now + sum(e.busy_time for _, _, e in self.past)
 
     def kv_usage(self) -> float:
         """Share of the replica's KV pool allocated now (0 without a memory limit)."""
@@ -74,12 +87,13 @@ class ClusterModel:
     env: simpy.Environment
     replicas: list[Replica]
     router: Router
+    faults: Any = None  # a FaultInjector with a faults section
 
 
 def build_cluster_model(cfg: VariantConfig, arrays: WorkloadArrays, *, trace_steps: bool = False,
                         seed: int | None = None) -> ClusterModel:
     """Build ``cfg``'s cluster on ``arrays``: replicas, router, source, engines."""
-    from orcasim.simulation import _section, build_model_parts
+    from orcasim.simulation import _section
 
     cluster = cfg.cluster
     assert cluster is not None
@@ -90,10 +104,7 @@ def build_cluster_model(cfg: VariantConfig, arrays: WorkloadArrays, *, trace_ste
         for name in group.replica_names():
             i = len(replicas)
             rec = Recorder(trace_steps=trace_steps, series_capacity=cfg.output.series_capacity)
-            ctx = SchedulerContext(env, rec, seed=s, rng_key=(i,) if i else ())
-            where = f"cluster.groups.{g_index}"
-            policy, latency = build_model_parts(cfg, group.policy, group.latency, group.memory,
-                                                ctx, arrays, where)
+            ctx, policy, latency = replica_parts(cfg, arrays, group, g_index, env, rec, s, i)
             replicas.append(Replica(i, name, group, ctx, rec, policy, latency))
     names = [r.name for r in replicas]
     view = ClusterRouterView(names, np.random.default_rng(
@@ -120,7 +131,26 @@ def build_cluster_model(cfg: VariantConfig, arrays: WorkloadArrays, *, trace_ste
     make_source(env, router, arrays)  # type: ignore[arg-type]
     for r in replicas:
         r.engine = Engine(env, r.ctx, r.policy, r.latency)
-    return ClusterModel(env, replicas, router)
+    model = ClusterModel(env, replicas, router)
+    if cluster.faults is not None:
+        from orcasim.cluster.faults import FaultInjector
+
+        model.faults = FaultInjector(model, cfg, arrays, cluster.faults, s)
+    return model
+
+
+def replica_parts(cfg: VariantConfig, arrays: WorkloadArrays, group: GroupConfig, g_index: int,
+                  env: simpy.Environment, rec: Recorder, seed: int, index: int,
+                  generation: int = 0) -> tuple[SchedulerContext, Policy, LatencyModel]:
+    """A fresh context, policy and latency model for replica ``index`` (its ``generation``-th
+    engine: a repaired replica starts again with empty memory and its own random stream)."""
+    from orcasim.simulation import build_model_parts
+
+    key = (index, generation) if generation else ((index,) if index else ())
+    ctx = SchedulerContext(env, rec, seed=seed, rng_key=key)
+    policy, latency = build_model_parts(cfg, group.policy, group.latency, group.memory, ctx,
+                                        arrays, f"cluster.groups.{g_index}")
+    return ctx, policy, latency
 
 
 def _has_prefix_cache(policy: Policy) -> bool:
@@ -165,12 +195,15 @@ def check_cluster_conservation(cfg: VariantConfig, model: ClusterModel, num_requ
     for r in model.replicas:
         label = SimpleNamespace(name=f"{cfg.name or 'scenario'} replica {r.name}",
                                 policy=r.group.policy)
-        check_conservation(label, r.ctx, r.recorder, r.recorder.num_arrived,  # type: ignore[arg-type]
-                           env.now, r.engine)
+        engines = [(ctx, eng) for ctx, _, eng in r.past] + [(r.ctx, r.engine)]
+        for ctx, eng in engines:  # a failed replica's old engines hold nothing either
+            check_conservation(label, ctx, r.recorder, r.recorder.num_arrived,  # type: ignore[arg-type]
+                               env.now, eng)
     recs = [router.recorder, *(r.recorder for r in model.replicas)]
     ended = sum(rec.num_recorded for rec in recs)
-    routed = sum(router.routed)
     arrived_at_replicas = sum(r.recorder.num_arrived for r in model.replicas)
+    # every routing decision put a request on a replica, or (faults) lost it there and retried
+    routed = sum(router.routed) - router.num_retries - router.num_lost_aborted
     ids = np.concatenate([np.frombuffer(rec._i["id"], dtype=np.int64) if rec._i["id"]
                           else np.zeros(0, np.int64) for rec in recs])
     distinct = int(np.unique(ids).size)

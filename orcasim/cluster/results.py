@@ -49,10 +49,14 @@ def run_cluster_variant(cfg: VariantConfig, arrays: WorkloadArrays, *, trace_ste
 
 
 def _engine_summary(r: Replica) -> dict[str, Any]:
-    out: dict[str, Any] = dict(r.ctx.preemption_summary())
-    out.update(r.ctx.kv.summary())
-    out.update(r.policy.summary_metrics())
-    return out
+    """Preemptions, KV memory and policy metrics of the replica (over all its engines)."""
+    parts = []
+    for ctx, policy in [*((c, p) for c, p, _ in r.past), (r.ctx, r.policy)]:
+        out: dict[str, Any] = dict(ctx.preemption_summary())
+        out.update(ctx.kv.summary())
+        out.update(policy.summary_metrics())
+        parts.append(out)
+    return parts[0] if len(parts) == 1 else _combine_engine(parts)
 
 
 def _summarize(cfg: VariantConfig, cols: dict[str, Any], itl: tuple[np.ndarray, np.ndarray],
@@ -82,7 +86,7 @@ def cluster_result(cfg: VariantConfig, m: ClusterModel, trace_steps: bool) -> Va
         cols = rec.request_columns()
         itl = rec.itl_samples()
         t = rec.itl_times() if windowed else None
-        busy = r.engine.busy_time if r.engine is not None else 0.0
+        busy = r.busy_time
         s = _summarize(cfg, cols, itl, t, rec.num_steps, rec.sum_batch, busy, _slots(r))
         engine.append(_engine_summary(r))
         s.update(engine[-1])
@@ -95,7 +99,7 @@ def cluster_result(cfg: VariantConfig, m: ClusterModel, trace_steps: bool) -> Va
     cols = _merge_columns(parts)
     itl = (np.concatenate([g for g, _ in itls]), np.concatenate([c for _, c in itls]))
     slot_caps = {_slots(r) for r in reps}
-    busy_total = sum(r.engine.busy_time for r in reps if r.engine is not None)
+    busy_total = sum(r.busy_time for r in reps)
     summary = _summarize(cfg, cols, itl, np.concatenate(times) if windowed else None,
                          sum(r.recorder.num_steps for r in reps),
                          sum(r.recorder.sum_batch for r in reps), busy_total / n,
@@ -106,6 +110,8 @@ def cluster_result(cfg: VariantConfig, m: ClusterModel, trace_steps: bool) -> Va
     summary["gpu_seconds"] = n * makespan if makespan == makespan else float("nan")
     summary["gpu_busy_seconds"] = busy_total
     summary["load_imbalance"] = m.router.mean_imbalance
+    if m.faults is not None:
+        summary.update(m.faults.summary())
     total_routed = sum(m.router.routed)
     for r, s in zip(reps, per, strict=True):
         s["routed_share"] = m.router.routed[r.index] / total_routed if total_routed else 0.0

@@ -37,8 +37,7 @@ class SourceView:
 
     @property
     def exhausted(self) -> bool:
-        src = self._router.source
-        return src is None or src.exhausted
+        return self._router.no_more_arrivals
 
     def pending_until(self, now: float) -> bool:
         src = self._router.source
@@ -105,6 +104,15 @@ class Router:
         self._imbalance_sum = 0.0
         self._imbalance_n = 0
         self.log: list[tuple[float, int, int, str]] | None = [] if log else None
+        #: with faults: a request lost to a failure may come back, so replicas wait for the end
+        self.retrying = False
+        self.max_retries = 0
+        self.total_outstanding = 0
+        self.num_retries = 0
+        self.num_lost_aborted = 0  # lost to a failure with no retry left
+        self._tries: dict[int, int] = {}
+        self.parked: list[Request] = []  # waiting for a healthy replica (all down)
+        self.repair_expected: Callable[[], bool] = lambda: False
         self._needs_kv = bool(getattr(policy, "needs_kv_usage", False))
         if staleness == 0:
             view.outstanding = self.live_outstanding
@@ -119,14 +127,26 @@ class Router:
         def ended(req: Request) -> None:
             out[i] -= 1
             tok[i] -= prompt.pop(req.id)
+            self.total_outstanding -= 1
             if self.on_end is not None:
                 self.on_end(req)
+            if self.retrying and not self.total_outstanding:
+                self._maybe_end()
 
         return ended
 
     @property
     def arrivals_done(self) -> bool:
+        """The workload's source has released every request."""
         return self.source is None or self.source.exhausted
+
+    @property
+    def no_more_arrivals(self) -> bool:
+        """No request will reach a replica any more (what replicas' policies see as the end):
+        with faults, not before every request has ended, as a lost one comes back."""
+        if not self.retrying:
+            return self.source is None or self.source.exhausted
+        return self.arrivals_done and not self.total_outstanding and not self.parked
 
     def submit(self, req: Request) -> None:
         """A request arrives at the cluster: admit, route, hand it to its replica."""
@@ -142,31 +162,95 @@ class Router:
                     self.on_end(req)
                 self._maybe_end()
                 return
+        self.route(req)
+        self._maybe_end()
+
+    def route(self, req: Request) -> None:
+        """Send ``req`` to the replica the policy picks (the next healthy one if that one is
+        known to be down); park it while no replica is healthy."""
         view = self.view
         if self._needs_kv and self.staleness == 0:
             view.kv_usage = [r.kv_usage() for r in self.replicas]
         policy = self.policy
+        scores = policy.scores(req) if self.log is not None else None
+        i = policy.choose(req)
+        if self.retrying:
+            i = self._healthy_from(i)
+            if i < 0:
+                self._park(req)
+                return
         if self.log is not None:
-            scores = policy.scores(req)
-            i = policy.choose(req)
             text = "" if scores is None else " ".join(f"{s:.6g}" for s in scores)
             self.log.append((self.env.now, req.id, i, text))
-        else:
-            i = policy.choose(req)
         out = self.live_outstanding
         out[i] += 1
+        self.total_outstanding += 1
         self.live_tokens[i] += req.prompt_len
         self._prompt[req.id] = req.prompt_len
         self.routed[i] += 1
         total = sum(out)
         self._imbalance_sum += max(out) * len(out) / total
         self._imbalance_n += 1
-        self.replicas[i].ctx.submit(req)
+        rep = self.replicas[i]
+        if rep.up:
+            rep.ctx.submit(req)
+        else:  # failed, and the router has not noticed yet: lost when it does
+            rep.limbo.append(req)
+
+    # -- faults ---------------------------------------------------------------------------
+    def _healthy_from(self, i: int) -> int:
+        """``i`` if the router believes it healthy, else the next one that is (-1: none)."""
+        reps = self.replicas
+        n = len(reps)
+        for k in range(n):
+            j = (i + k) % n
+            if reps[j].healthy:
+                return j
+        return -1
+
+    def _park(self, req: Request) -> None:
+        if self.repair_expected():
+            self.parked.append(req)
+        else:
+            self._abort(req)
+
+    def unpark(self) -> None:
+        """A replica is back: route every parked request again, in arrival order."""
+        parked, self.parked = self.parked, []
+        for req in parked:
+            self.route(req)
+
+    def take_back(self, i: int, req: Request) -> None:
+        """``req`` left replica ``i`` without ending (its replica failed)."""
+        self.live_outstanding[i] -= 1
+        self.live_tokens[i] -= self._prompt.pop(req.id)
+        self.total_outstanding -= 1
+
+    def retry(self, req: Request) -> None:
+        """Route a request lost to a failure again, from its prompt, or abort it
+        (``replica_failed``) once it has used its retries."""
+        tries = self._tries.get(req.id, 0) + 1
+        if tries > self.max_retries:
+            self.num_lost_aborted += 1
+            self._abort(req)
+            return
+        self._tries[req.id] = tries
+        self.num_retries += 1
+        reset_for_retry(req)
+        self.route(req)
+
+    def _abort(self, req: Request) -> None:
+        req.state = RequestState.ABORTED
+        req.reason = "replica_failed"
+        req.finish = self.env.now
+        self.recorder.record_request(req)
+        if self.on_end is not None:
+            self.on_end(req)
         self._maybe_end()
 
     def _maybe_end(self) -> None:
         """After the last arrival, wake every idle replica so its policy sees the end."""
-        if self.arrivals_done:
+        if self.no_more_arrivals:
             for rep in self.replicas:
                 rep.ctx.arrivals_ended()
 
@@ -177,7 +261,7 @@ class Router:
             view.outstanding = list(self.live_outstanding)
             view.tokens = list(self.live_tokens)
             view.kv_usage = [r.kv_usage() for r in self.replicas]
-            if self.arrivals_done and not any(self.live_outstanding):
+            if self.arrivals_done and not self.total_outstanding and not self.parked:
                 return
             yield env.timeout(self.staleness)
 
@@ -185,3 +269,18 @@ class Router:
     def mean_imbalance(self) -> float:
         """Mean over routing decisions of max / mean outstanding requests (1: even)."""
         return self._imbalance_sum / self._imbalance_n if self._imbalance_n else float("nan")
+
+
+def reset_for_retry(req: Request) -> None:
+    """``req`` starts again from its prompt (its KV memory was lost with its replica)."""
+    req.state = RequestState.WAITING
+    req.reason = None
+    req.num_output_tokens = 0
+    req.num_computed_tokens = 0
+    req.first_scheduled = None
+    req.first_token = None
+    req.last_token = None
+    req.finish = None
+    req.slot = -1
+    req._batch_seq = -1
+    req._done_at = 0
