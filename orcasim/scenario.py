@@ -26,6 +26,7 @@ from pydantic_core import PydanticCustomError
 
 from orcasim import registry
 from orcasim.clients import ClientOptions
+from orcasim.cluster.config import ClusterOptions
 from orcasim.control import ControlEvent
 from orcasim.errors import ScenarioError, UsageError
 from orcasim.experiments.options import SweepOptions
@@ -104,7 +105,7 @@ class ScenarioModel(ComponentParams):
     output: OutputOptions = Field(default_factory=OutputOptions)
     admission: list[Any] = Field(default_factory=list)
     events: list[ControlEvent] = Field(default_factory=list)
-    cluster: Any = None  # replicas behind a router (orcasim.cluster.config)
+    cluster: ClusterOptions | None = None  # replicas behind a router
     variants: dict[str, dict[str, Any] | None] | None = None
     sweep: SweepOptions | None = None
 

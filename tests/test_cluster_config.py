@@ -66,3 +66,20 @@ def test_cluster_run_writes_replica_columns_and_routing_log(tmp_path, capsys):
     tidy = pd.read_csv(tmp_path / "out" / "summary_long.csv")
     rows = tidy[(tidy["group_kind"] == "replica") & (tidy["metric"] == "num_finished")]
     assert dict(zip(rows["group"], rows["value"], strict=True)) == {"r-0": 1.0, "r-1": 0.0}
+
+
+def test_cluster_plots_sum_replicas_and_show_routing(tmp_path):
+    from orcasim.scenario import Scenario
+    from orcasim.simulation import simulate
+
+    raw = {**BASE, "workload": {"type": "list", "requests": [
+        {"arrival": 0, "prompt_len": 8, "output_len": 3} for _ in range(6)]},
+        "cluster": {"groups": [{"name": "r", "count": 3}]}}
+    res = simulate(Scenario(raw))
+    from orcasim.metrics.plots import cluster_totals
+
+    s = res.step_series.assign(t=lambda d: (d["t_start"] + d["t_end"]) / 2)
+    tot = cluster_totals(s, bins=4)
+    assert tot["batch_size"].max() == 6  # two requests on each of three replicas
+    written = res.write(tmp_path)
+    assert (tmp_path / "replicas.png").stat().st_size > 0 and len(written) >= 6

@@ -157,7 +157,8 @@ class ClusterConfig:
 def build_cluster(data: Any, policy: Any, latency: Any, memory: MemoryOptions | None,
                   top_admission: list[Any], events: list[Any]) -> ClusterConfig:
     """Validate a ``cluster`` section; groups inherit the scenario's policy, latency, memory."""
-    opts: ClusterOptions = validate_params(ClusterOptions, data, "cluster")  # type: ignore[assignment]
+    opts: ClusterOptions = data if isinstance(data, ClusterOptions) else \
+        validate_params(ClusterOptions, data, "cluster")  # type: ignore[assignment]
     for key, why in NOT_YET.items():
         if getattr(opts, key) is not None:
             raise ScenarioError(f"cluster.{key}", why)
