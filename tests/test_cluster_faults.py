@@ -81,3 +81,17 @@ def test_random_faults_conserve_requests(policy):
     assert s["num_finished"] + s["num_aborted"] == 300
     (again,) = simulate(Scenario(raw)).values()  # same seed: the same failures and retries
     assert again.requests.equals(v.requests)
+
+
+def test_a_scoring_router_avoids_a_replica_it_knows_is_down():
+    reqs = [{"name": f"x{k}", "arrival": 3.0 + 2 * k, "prompt_len": 4, "output_len": 1}
+            for k in range(3)]
+    raw = {**FAIL, "workload": {"type": "list", "requests": reqs},
+           "cluster": {"router": "least_outstanding", "routing_log": True,
+                       "groups": [{"name": "r", "count": 3}],
+                       "faults": {"events": [{"replica": "r-0", "at": 1.0}],
+                                  "health_check_delay": 0.5}}}
+    v = _run(raw)
+    # r-0 looks emptiest (ties go to index 0) but is down: the best healthy score wins
+    assert v.routing["replica"] == ["r-1", "r-1", "r-1"]
+    assert v.requests["state"].tolist() == ["finished"] * 3

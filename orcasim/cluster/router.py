@@ -174,8 +174,8 @@ class Router:
         policy = self.policy
         scores = policy.scores(req) if self.log is not None else None
         i = policy.choose(req)
-        if self.retrying:
-            i = self._healthy_from(i)
+        if self.retrying and not self.replicas[i].healthy:
+            i = self._healthy_instead(req, scores, i)
             if i < 0:
                 self._park(req)
                 return
@@ -198,15 +198,18 @@ class Router:
             rep.limbo.append(req)
 
     # -- faults ---------------------------------------------------------------------------
-    def _healthy_from(self, i: int) -> int:
-        """``i`` if the router believes it healthy, else the next one that is (-1: none)."""
+    def _healthy_instead(self, req: Request, scores: list[float] | None, i: int) -> int:
+        """The policy picked a replica known to be down: the best-scored healthy one (a
+        scoring policy), else the next healthy one by index (-1: none is healthy)."""
         reps = self.replicas
-        n = len(reps)
-        for k in range(n):
-            j = (i + k) % n
-            if reps[j].healthy:
-                return j
-        return -1
+        healthy = [j for j, r in enumerate(reps) if r.healthy]
+        if not healthy:
+            return -1
+        if scores is None:
+            scores = self.policy.scores(req)
+        if scores is not None:
+            return max(healthy, key=lambda j: (scores[j], -j))
+        return next((j for j in healthy if j > i), healthy[0])
 
     def _park(self, req: Request) -> None:
         if self.repair_expected():
