@@ -15,8 +15,8 @@ A group without ``policy``, ``engine`` or ``memory`` takes the scenario's
 top-level one. Every replica is a whole engine (its own slots and KV pool).
 Replica failures (``faults``) are scheduled or random; see
 :mod:`orcasim.cluster.faults`. Only ``role: mixed`` replicas exist yet:
-disaggregated prefill/decode and autoscaling are refused with a clear error
-until they are built.
+disaggregated prefill/decode is refused with a clear error until it is
+built. ``autoscaling`` starts and drains replicas (:mod:`orcasim.cluster.autoscale`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ _NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
 #: cluster-level admission controllers that read only what a router knows
 CLUSTER_ADMISSION = ("max_queue", "token_bucket", "slo_ttft")
 NOT_YET = {
-    "autoscaling": "autoscaling is not supported yet",
     "link": "KV transfer links (disaggregated prefill/decode) are not supported yet",
 }
 
@@ -95,6 +94,27 @@ class FaultOptions(ComponentParams):
                              "is retried on another replica (0: aborted as replica_failed)")
 
 
+class AutoscalingOptions(ComponentParams):
+    """A scaler that starts and drains replicas to hold a load metric near ``target``."""
+
+    min: int = Field(1, ge=1, description="replicas serving at least")
+    max: int | None = Field(None, ge=1, description="replicas at most (default: every "
+                            "replica of the groups)")
+    initial: int | None = Field(None, ge=1, description="replicas serving at the start "
+                                "(default: min)")
+    metric: Literal["queue", "ttft"] = Field("queue", description="queue: waiting requests "
+                                             "per serving replica; ttft: the TTFT percentile "
+                                             "of the requests that ended in the last window")
+    target: float = Field(gt=0, description="scale up above it")
+    scale_down_below: float = Field(0.5, ge=0, lt=1, description="scale down below "
+                                    "target x this")
+    percentile: float = Field(90.0, gt=0, le=100)
+    window: float = Field(30.0, gt=0, description="seconds of history for metric ttft")
+    interval: float = Field(10.0, gt=0, description="seconds between scaling decisions")
+    cold_start: float = Field(30.0, ge=0, description="seconds from a scale-up decision "
+                              "until the replica serves")
+
+
 class ClusterOptions(ComponentParams):
     groups: list[GroupOptions] = Field(min_length=1)
     router: Any = "round_robin"
@@ -103,7 +123,7 @@ class ClusterOptions(ComponentParams):
     admission: list[Any] = Field(default_factory=list)
     routing_log: bool = False
     faults: FaultOptions | None = None
-    autoscaling: Any = None
+    autoscaling: AutoscalingOptions | None = None
     link: Any = None
 
 
@@ -142,6 +162,7 @@ class ClusterConfig:
     admission: tuple[Spec, ...]
     routing_log: bool
     faults: FaultOptions | None = None
+    autoscaling: AutoscalingOptions | None = None
 
     @property
     def num_replicas(self) -> int:
@@ -151,7 +172,9 @@ class ClusterConfig:
         return {"groups": [g.to_dict() for g in self.groups], "router": self.router.to_dict(),
                 "staleness": self.staleness, "admission": [a.to_dict() for a in self.admission],
                 "routing_log": self.routing_log,
-                "faults": self.faults.model_dump() if self.faults is not None else None}
+                "faults": self.faults.model_dump() if self.faults is not None else None,
+                "autoscaling": self.autoscaling.model_dump()
+                if self.autoscaling is not None else None}
 
 
 def build_cluster(data: Any, policy: Any, latency: Any, memory: MemoryOptions | None,
@@ -199,6 +222,16 @@ def build_cluster(data: Any, policy: Any, latency: Any, memory: MemoryOptions | 
                 raise ScenarioError(f"cluster.faults.events.{k}.replica", f"no replica "
                                     f"{ev.replica!r} (replicas: {', '.join(names[:8])}"
                                     f"{', ...' if len(names) > 8 else ''})")
+    scale = opts.autoscaling
+    if scale is not None:
+        top = scale.max if scale.max is not None else total
+        first = scale.initial if scale.initial is not None else scale.min
+        if top > total:
+            raise ScenarioError("cluster.autoscaling.max", f"{top} replicas, but the groups "
+                                f"have {total}")
+        if not scale.min <= first <= top:
+            raise ScenarioError("cluster.autoscaling", f"needs min <= initial <= max (got "
+                                f"{scale.min}, {first}, {top})")
     router = build_spec(registry.routers, opts.router, "cluster.router")
     admission = []
     for i, a in enumerate(opts.admission):
@@ -209,4 +242,4 @@ def build_cluster(data: Any, policy: Any, latency: Any, memory: MemoryOptions | 
                                 f"{', '.join(CLUSTER_ADMISSION)}")
         admission.append(spec)
     return ClusterConfig(tuple(groups), router, opts.staleness, tuple(admission),
-                         opts.routing_log, opts.faults)
+                         opts.routing_log, opts.faults, opts.autoscaling)

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import simpy
 
-from orcasim.engine import Engine
 from orcasim.request import Request, RequestState
 
 if TYPE_CHECKING:
@@ -118,9 +117,10 @@ class FaultInjector:
     def _notice(self, r: Replica) -> Generator[simpy.Event, Any, None]:
         """The router notices ``r``'s failure after the health-check delay and retries."""
         yield self.env.timeout(self.opts.health_check_delay)
+        router = self.model.router
         if not r.up:
             r.healthy = False
-        router = self.model.router
+            router.view.set_available(r.index, False)
         lost, r.limbo = r.limbo, []
         for req in lost:
             router.take_back(r.index, req)
@@ -129,19 +129,8 @@ class FaultInjector:
 
     def repair(self, r: Replica) -> None:
         """``r`` is back with a fresh engine (empty memory and cache) and takes requests."""
-        from orcasim.cluster.model import replica_parts
-
         self.downtime += self.env.now - self._down_since.pop(r.index)
-        g_index = self.cfg.cluster.groups.index(r.group)  # type: ignore[union-attr]
-        ctx, policy, latency = replica_parts(self.cfg, self.arrays, r.group, g_index, self.env,
-                                             r.recorder, self.seed, r.index, len(r.past))
-        router = self.model.router
-        ctx.source = r.ctx.source
-        ctx.on_end = r.ctx.on_end
-        r.ctx, r.policy, r.latency = ctx, policy, latency
-        r.engine = Engine(self.env, ctx, policy, latency)
-        r.up = r.healthy = True
-        router.unpark()
+        self.model.restart(r)
 
     def summary(self) -> dict[str, float]:
         """``num_replica_failures``, ``num_retries`` and ``replica_downtime_s``."""

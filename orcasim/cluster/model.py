@@ -88,6 +88,25 @@ class ClusterModel:
     replicas: list[Replica]
     router: Router
     faults: Any = None  # a FaultInjector with a faults section
+    scaler: Any = None  # an Autoscaler with an autoscaling section
+    cfg: Any = None
+    arrays: Any = None
+    seed: int = 0
+
+    def restart(self, r: Replica) -> None:
+        """Give ``r`` a fresh engine (empty batch, KV pool and cache) that takes requests."""
+        cluster = self.cfg.cluster
+        g_index = cluster.groups.index(r.group)
+        ctx, policy, latency = replica_parts(self.cfg, self.arrays, r.group, g_index, self.env,
+                                             r.recorder, self.seed, r.index,
+                                             len(r.past) + (r.engine is None and not r.past))
+        ctx.source = r.ctx.source
+        ctx.on_end = r.ctx.on_end
+        r.ctx, r.policy, r.latency = ctx, policy, latency
+        r.engine = Engine(self.env, ctx, policy, latency)
+        r.up = r.healthy = True
+        self.router.view.set_available(r.index, True)
+        self.router.unpark()
 
 
 def build_cluster_model(cfg: VariantConfig, arrays: WorkloadArrays, *, trace_steps: bool = False,
@@ -129,9 +148,14 @@ def build_cluster_model(cfg: VariantConfig, arrays: WorkloadArrays, *, trace_ste
     if cluster.staleness > 0:  # first, so each scrape precedes the same instant's arrivals
         env.process(router.scrape())
     make_source(env, router, arrays)  # type: ignore[arg-type]
+    model = ClusterModel(env, replicas, router, cfg=cfg, arrays=arrays, seed=s)
+    if cluster.autoscaling is not None:  # stops the replicas beyond its initial count
+        from orcasim.cluster.autoscale import Autoscaler
+
+        model.scaler = Autoscaler(model, cluster.autoscaling)
     for r in replicas:
-        r.engine = Engine(env, r.ctx, r.policy, r.latency)
-    model = ClusterModel(env, replicas, router)
+        if r.up:
+            r.engine = Engine(env, r.ctx, r.policy, r.latency)
     if cluster.faults is not None:
         from orcasim.cluster.faults import FaultInjector
 

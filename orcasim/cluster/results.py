@@ -112,6 +112,8 @@ def cluster_result(cfg: VariantConfig, m: ClusterModel, trace_steps: bool) -> Va
     summary["load_imbalance"] = m.router.mean_imbalance
     if m.faults is not None:
         summary.update(m.faults.summary())
+    if m.scaler is not None:
+        summary.update(m.scaler.summary(makespan if makespan == makespan else 0.0))
     total_routed = sum(m.router.routed)
     for r, s in zip(reps, per, strict=True):
         s["routed_share"] = m.router.routed[r.index] / total_routed if total_routed else 0.0
@@ -123,6 +125,7 @@ def cluster_result(cfg: VariantConfig, m: ClusterModel, trace_steps: bool) -> Va
         name=cfg.name, config=cfg, columns=cols, itl=itl, series=series,
         steps=_steps(reps) if trace_steps else None, summary=summary, kv_series=kv_series,
         routing=_routing_log(m) if m.router.log is not None else None,
+        scaling=_scaling(m) if m.scaler is not None else None,
     )
 
 
@@ -199,3 +202,9 @@ def _routing_log(m: ClusterModel) -> dict[str, Any]:
             "id": np.array([i for _, i, _, _ in log], dtype=np.int64),
             "replica": [names[k] for _, _, k, _ in log],
             "scores": [s for _, _, _, s in log]}
+
+
+def _scaling(m: ClusterModel) -> dict[str, Any]:
+    tl = m.scaler.timeline
+    return {"time": np.array([t for t, _, _ in tl], dtype=np.float64),
+            "replica": [r for _, r, _ in tl], "event": [e for _, _, e in tl]}

@@ -113,6 +113,8 @@ class Router:
         self._tries: dict[int, int] = {}
         self.parked: list[Request] = []  # waiting for a healthy replica (all down)
         self.repair_expected: Callable[[], bool] = lambda: False
+        self.on_replica_idle: Callable[[int], None] | None = None  # its last request ended
+        self.on_request_end: Callable[[Request], None] | None = None
         self._needs_kv = bool(getattr(policy, "needs_kv_usage", False))
         if staleness == 0:
             view.outstanding = self.live_outstanding
@@ -130,6 +132,10 @@ class Router:
             self.total_outstanding -= 1
             if self.on_end is not None:
                 self.on_end(req)
+            if self.on_request_end is not None:
+                self.on_request_end(req)
+            if not out[i] and self.on_replica_idle is not None:
+                self.on_replica_idle(i)
             if self.retrying and not self.total_outstanding:
                 self._maybe_end()
 

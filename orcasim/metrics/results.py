@@ -40,6 +40,7 @@ class VariantResult:
     summary: dict[str, float]
     kv_series: dict[str, np.ndarray] | None = None  # KV memory use over time (memory runs)
     routing: dict[str, Any] | None = None  # a cluster's routing log (cluster.routing_log)
+    scaling: dict[str, Any] | None = None  # a cluster's scale-up/down timeline (autoscaling)
 
     @property
     def requests(self) -> pd.DataFrame:
@@ -329,15 +330,17 @@ class Results(Mapping[str, VariantResult]):
             df = pd.concat(kv, ignore_index=True)
             df[["variant", *[c for c in df.columns if c != "variant"]]].to_csv(p, index=False)
             written.append(p)
-        routing = [pd_frame(v.routing).assign(variant=n) for n, v in self.variants.items()
-                   if v.routing is not None]
-        if routing:
-            import pandas as pd
+        for kind in ("routing", "scaling"):  # cluster runs: routing log, scaling timeline
+            frames = [pd_frame(getattr(v, kind)).assign(variant=n)
+                      for n, v in self.variants.items() if getattr(v, kind) is not None]
+            if frames:
+                import pandas as pd
 
-            p = out / "routing.csv"
-            df = pd.concat(routing, ignore_index=True)
-            df[["variant", *[c for c in df.columns if c != "variant"]]].to_csv(p, index=False)
-            written.append(p)
+                p = out / f"{kind}.csv"
+                df = pd.concat(frames, ignore_index=True)
+                df[["variant", *[c for c in df.columns if c != "variant"]]].to_csv(p,
+                                                                                  index=False)
+                written.append(p)
         steps = self.steps
         if steps is not None:
             p = out / "steps.csv"

@@ -28,6 +28,9 @@ class RouterView:
     """What a routing policy can read: replica count, load per replica, prefix hits, an rng.
 
     ``outstanding[i]``: requests routed to replica ``i`` that have not ended;
+    ``available[i]``: whether the router may send to replica ``i`` (policies that do not
+    score replicas pick among the available ones; a scoring policy's pick of an unavailable
+    replica is replaced by the router with the best-scored available one).
     ``tokens[i]``: their prompt tokens (the router's measure of queued + running work: it
     does not know output lengths); ``kv_usage[i]``: the
     share of replica ``i``'s KV pool allocated (0 without a memory limit).
@@ -40,6 +43,19 @@ class RouterView:
         self.outstanding: list[int] = [0] * self.n
         self.tokens: list[int] = [0] * self.n
         self.kv_usage: list[float] = [0.0] * self.n
+        #: replicas the router may send to now (False: known to be down, or not started)
+        self.available: list[bool] = [True] * self.n
+        self.num_available = self.n
+
+    def set_available(self, i: int, ok: bool) -> None:
+        """Mark replica ``i`` routable or not."""
+        if self.available[i] != ok:
+            self.available[i] = ok
+            self.num_available += 1 if ok else -1
+
+    def available_indices(self) -> list[int]:
+        """Indices of the routable replicas (O(replicas); used only when some are not)."""
+        return [i for i, ok in enumerate(self.available) if ok]
 
     def prefix_hit_tokens(self, req: Request) -> list[int]:
         """Leading prompt tokens of ``req`` each replica's prefix cache holds now."""

@@ -26,6 +26,10 @@ class PowerOfD(RoutingPolicy):
         view = self.view
         n, d = view.n, self.params.d
         load = view.outstanding if self.params.metric == "outstanding" else view.tokens
+        pool = None
+        if view.num_available < n:  # sample among the replicas the router may use
+            pool = view.available_indices() or [0]
+            n = len(pool)
         if d >= n:
             picks = list(range(n))
         else:
@@ -37,6 +41,8 @@ class PowerOfD(RoutingPolicy):
                 pick = j if t in chosen else t
                 chosen.add(pick)
                 picks.append(pick)
+        if pool is not None:
+            picks = [pool[k] for k in picks]
         best = picks[0]
         for i in picks[1:]:
             if load[i] < load[best]:

@@ -59,8 +59,9 @@ class PrefixAffinity(RoutingPolicy):
         points, owners = self._points, self._owners
         m = len(points)
         k = bisect.bisect_left(points, h)
+        avail = view.available
         for j in range(m):
             i = owners[(k + j) % m]
-            if load[i] + 1 <= cap:
+            if load[i] + 1 <= cap and avail[i]:
                 return i
         return argmin(load)

@@ -12,4 +12,8 @@ class RandomRouting(RoutingPolicy):
     """Each request goes to a replica drawn uniformly (seeded by the run; no global state)."""
 
     def choose(self, req: Request) -> int:
-        return int(self.view.rng.integers(self.view.n))
+        view = self.view
+        if view.num_available < view.n:
+            avail = view.available_indices()
+            return avail[int(view.rng.integers(len(avail)))] if avail else 0
+        return int(view.rng.integers(view.n))
