@@ -53,12 +53,13 @@ def scenario_ideal() -> float:
 
 
 def table(df) -> list[dict]:
-    """One row per (router, staleness): each metric's mean, low and high over seeds."""
+    """One row per (router, staleness) of the sweep's table (one row per run): each metric's
+    mean, low and high over seeds."""
     rows = []
     for (variant, staleness), g in df.groupby(["variant", "cluster.staleness"]):
         row = {"router": variant, "staleness": float(staleness), "seeds": g["seed"].nunique()}
         for m in METRICS:
-            vals = g.loc[g["metric"] == m, "value"].to_numpy(dtype=np.float64)
+            vals = g[m].to_numpy(dtype=np.float64)
             row[m], row[m + "_lo"], row[m + "_hi"] = t_interval(vals)
         rows.append(row)
     order = {r: k for k, r in enumerate(ROUTERS)}
@@ -105,10 +106,11 @@ def plot(rows: list[dict], ideal: float, path: Path) -> None:
         ax.set_xlabel("router staleness")
         ax.set_ylabel(label)
         ax.grid(True, axis="y", alpha=0.3)
-    axes[0].legend(fontsize="small", loc="upper right")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize="small")
     fig.suptitle("Mooncake conversations (400 requests) on 8 × Llama-3.1-8B / H100, vllm-v1: "
                  "mean ± 95% CI over 10 seeds", fontsize="medium")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

@@ -65,19 +65,10 @@ class Replica:
         kv = self.ctx.kv
         return float(kv.usage) if kv.limited else 0.0
 
-    def prefix_hit_tokens(self, keys: list[object]) -> int:
-        """Leading tokens of a prompt with block content ``keys`` in this replica's prefix cache."""
+    def prefix_cache(self) -> Any:
+        """The replica's prefix-cache manager, or ``None`` without one."""
         mgr = getattr(self.policy, "kv", None)
-        if mgr is None or not getattr(mgr, "enable_caching", False):
-            return 0
-        ids = mgr.hasher.lookup_chain(keys)
-        get = mgr.pool.get_cached_block
-        n = 0
-        for h in ids:
-            if get(h) is None:
-                break
-            n += 1
-        return n * mgr.block_size
+        return mgr if getattr(mgr, "enable_caching", False) and hasattr(mgr, "hasher") else None
 
 
 @dataclass
@@ -131,7 +122,7 @@ def build_cluster_model(cfg: VariantConfig, arrays: WorkloadArrays, *, trace_ste
     routing = _section("cluster.router", lambda: cluster.router.create(view))
     if routing.needs_prefix_cache:
         for r in replicas:
-            if not _has_prefix_cache(r.policy):
+            if r.prefix_cache() is None:
                 raise ScenarioError("cluster.router", f"routing policy {cluster.router.type!r} "
                                     f"reads replicas' prefix caches; replica {r.name!r} runs "
                                     f"policy {r.group.policy.type!r} without one (use vllm-v1 "
@@ -177,11 +168,6 @@ def replica_parts(cfg: VariantConfig, arrays: WorkloadArrays, group: GroupConfig
     return ctx, policy, latency
 
 
-def _has_prefix_cache(policy: Policy) -> bool:
-    mgr = getattr(policy, "kv", None)
-    return bool(getattr(mgr, "enable_caching", False)) and hasattr(mgr, "hasher")
-
-
 class ClusterRouterView(RouterView):
     """The router's view with live prefix-cache look-ups into the replicas."""
 
@@ -191,22 +177,30 @@ class ClusterRouterView(RouterView):
         self._replicas = replicas
 
     def prefix_hit_tokens(self, req: Request) -> list[int]:
+        """Walks the prompt's blocks once for all replicas, stopping at the block no
+        replica's cache holds: O(longest hit) block descriptions per request."""
         from orcasim.kv.hashing import block_content
 
-        out = []
-        keys_by_size: dict[int, list[object]] = {}
+        out = [0] * len(self._replicas)
+        groups: dict[int, list[tuple[int, Any, int]]] = {}  # block size -> (replica, mgr, parent)
         for r in self._replicas:
-            mgr = getattr(r.policy, "kv", None)
-            bs = getattr(mgr, "block_size", 0)
-            if not bs:
-                out.append(0)
-                continue
-            keys = keys_by_size.get(bs)
-            if keys is None:  # full prompt blocks, the last token excluded (as a hit is)
-                limit = (max(1, req.prompt_len) - 1) // bs
-                keys = keys_by_size[bs] = [block_content(req, bs, b, shared_output=True)
-                                           for b in range(limit)]
-            out.append(r.prefix_hit_tokens(keys))
+            mgr = r.prefix_cache()
+            if mgr is not None:
+                groups.setdefault(mgr.block_size, []).append((r.index, mgr, 0))
+        for bs, alive in groups.items():
+            limit = (max(1, req.prompt_len) - 1) // bs  # a hit never covers the last token
+            b = 0
+            while alive and b < limit:
+                key = block_content(req, bs, b, shared_output=True)
+                still = []
+                for k, mgr, parent in alive:
+                    h = mgr.hasher.lookup(parent, key)
+                    if h is not None and mgr.pool.get_cached_block(h) is not None:
+                        still.append((k, mgr, h))
+                alive = still
+                b += 1
+                for k, _, _ in alive:
+                    out[k] = b * bs
         return out
 
 

@@ -35,19 +35,10 @@ class BlockHasher:
             h = ids[key] = len(ids) + 1
         return h
 
-    def lookup_chain(self, contents: Iterable[Hashable]) -> list[int]:
-        """Identities of the leading blocks of a chain already interned (none added): a
-        block never interned cannot be cached, nor can any block after it."""
-        ids = self._ids
-        out = []
-        parent = 0
-        for c in contents:
-            h = ids.get((parent, c))
-            if h is None:
-                break
-            out.append(h)
-            parent = h
-        return out
+    def lookup(self, parent: int, content: Hashable) -> int | None:
+        """The identity of ``content`` after ``parent`` if it was ever interned (none added):
+        a block never interned cannot be cached."""
+        return self._ids.get((parent, content))
 
     def chain(self, contents: Iterable[Hashable], parent: int = 0) -> list[int]:
         """Identities of consecutive blocks with the given contents."""
