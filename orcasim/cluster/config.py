@@ -40,9 +40,7 @@ MAX_REPLICAS = 4096
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
 #: cluster-level admission controllers that read only what a router knows
 CLUSTER_ADMISSION = ("max_queue", "token_bucket", "slo_ttft")
-NOT_YET = {
-    "link": "KV transfer links (disaggregated prefill/decode) are not supported yet",
-}
+NOT_YET: dict[str, str] = {}
 
 
 class GroupEngine(ComponentParams):
@@ -115,6 +113,18 @@ class AutoscalingOptions(ComponentParams):
                               "until the replica serves")
 
 
+class LinkOptions(ComponentParams):
+    """The prefill -> decode KV transfer link (disaggregation)."""
+
+    preset: Literal["nvlink", "infiniband_400g", "roce_100g", "pcie_gen5"] | None = Field(
+        None, description="bandwidth and latency of a known link (fields below override)")
+    bandwidth_gb_s: float | None = Field(None, gt=0, le=1e6, description="GB/s (1e9 bytes)")
+    latency_s: float | None = Field(None, ge=0, le=1e3, description="per transfer, s")
+    concurrency: int = Field(1, ge=1, le=1 << 20, description="transfers at once")
+    bytes_per_token: int | None = Field(None, gt=0, le=10**9, description="KV bytes per "
+                                        "token (default: from the decode group's model)")
+
+
 class ClusterOptions(ComponentParams):
     groups: list[GroupOptions] = Field(min_length=1)
     router: Any = "round_robin"
@@ -124,7 +134,7 @@ class ClusterOptions(ComponentParams):
     routing_log: bool = False
     faults: FaultOptions | None = None
     autoscaling: AutoscalingOptions | None = None
-    link: Any = None
+    link: LinkOptions | None = None
 
 
 @dataclass(frozen=True)
@@ -163,6 +173,12 @@ class ClusterConfig:
     routing_log: bool
     faults: FaultOptions | None = None
     autoscaling: AutoscalingOptions | None = None
+    link: LinkOptions | None = None
+    bytes_per_token: int | None = None  # KV bytes per token moved over the link
+
+    @property
+    def disaggregated(self) -> bool:
+        return any(g.role != "mixed" for g in self.groups)
 
     @property
     def num_replicas(self) -> int:
@@ -174,7 +190,8 @@ class ClusterConfig:
                 "routing_log": self.routing_log,
                 "faults": self.faults.model_dump() if self.faults is not None else None,
                 "autoscaling": self.autoscaling.model_dump()
-                if self.autoscaling is not None else None}
+                if self.autoscaling is not None else None,
+                "link": self.link.model_dump() if self.link is not None else None}
 
 
 def build_cluster(data: Any, policy: Any, latency: Any, memory: MemoryOptions | None,
@@ -195,9 +212,6 @@ def build_cluster(data: Any, policy: Any, latency: Any, memory: MemoryOptions | 
     seen: set[str] = set()
     for k, g in enumerate(opts.groups):
         path = f"cluster.groups.{k}"
-        if g.role != "mixed":
-            raise ScenarioError(f"{path}.role", f"{g.role!r} replicas (disaggregated "
-                                "prefill/decode) are not supported yet; use role: mixed")
         name = g.name or f"g{k}"
         if name in seen:
             raise ScenarioError(f"{path}.name", f"group name {name!r} is used twice")
@@ -222,6 +236,7 @@ def build_cluster(data: Any, policy: Any, latency: Any, memory: MemoryOptions | 
                 raise ScenarioError(f"cluster.faults.events.{k}.replica", f"no replica "
                                     f"{ev.replica!r} (replicas: {', '.join(names[:8])}"
                                     f"{', ...' if len(names) > 8 else ''})")
+    bpt = _check_roles(opts, groups)
     scale = opts.autoscaling
     if scale is not None:
         top = scale.max if scale.max is not None else total
@@ -242,4 +257,61 @@ def build_cluster(data: Any, policy: Any, latency: Any, memory: MemoryOptions | 
                                 f"{', '.join(CLUSTER_ADMISSION)}")
         admission.append(spec)
     return ClusterConfig(tuple(groups), router, opts.staleness, tuple(admission),
-                         opts.routing_log, opts.faults, opts.autoscaling)
+                         opts.routing_log, opts.faults, opts.autoscaling, opts.link, bpt)
+
+
+def _check_roles(opts: ClusterOptions, groups: list[GroupConfig]) -> int | None:
+    """Disaggregation's rules: prefill and decode groups both (no mixed ones), vllm-v1 on
+    each, a link, and the KV bytes per token it moves; return those bytes."""
+    roles = {g.role for g in groups}
+    if roles == {"mixed"}:
+        if opts.link is not None:
+            raise ScenarioError("cluster.link", "a link needs prefill and decode groups")
+        return None
+    for role in ("prefill", "decode"):
+        if role not in roles:
+            raise ScenarioError("cluster.groups", f"disaggregation needs a {role} group "
+                                f"(groups have roles: {', '.join(sorted(roles))})")
+    if "mixed" in roles:
+        raise ScenarioError("cluster.groups", "mixed groups cannot serve beside prefill and "
+                            "decode groups yet")
+    for k, g in enumerate(groups):
+        if g.policy.type != "vllm-v1":
+            raise ScenarioError(f"cluster.groups.{k}.policy", f"{g.role} replicas run "
+                                f"vllm-v1 (its prefix cache receives the KV), not "
+                                f"{g.policy.type!r}")
+    for key in ("faults", "autoscaling"):
+        if getattr(opts, key) is not None:
+            raise ScenarioError(f"cluster.{key}", "not supported with disaggregated "
+                                "prefill/decode yet")
+    link = opts.link
+    if link is None:
+        raise ScenarioError("cluster.link", "disaggregated prefill/decode needs a link "
+                            "(e.g. {preset: nvlink})")
+    if link.preset is None and link.bandwidth_gb_s is None:
+        raise ScenarioError("cluster.link.bandwidth_gb_s", "required without a preset")
+    if link.bytes_per_token is not None:
+        return link.bytes_per_token
+    decode = next(g for g in groups if g.role == "decode")
+    bpt = _model_bytes(decode)
+    if bpt is None:
+        raise ScenarioError("cluster.link.bytes_per_token", "required: the decode group "
+                            "names no model (in its memory or latency section) to size "
+                            "the KV from")
+    return bpt
+
+
+def _model_bytes(g: GroupConfig) -> int | None:
+    """KV bytes per token of the group's model (memory section first, then latency model)."""
+    from orcasim.hardware import get_model
+
+    if g.memory is not None and g.memory.model is not None:
+        return get_model(g.memory.model).kv_bytes_per_token(g.memory.tp)
+    params = g.latency.params
+    name = getattr(params, "model", None)
+    if isinstance(name, str):
+        try:
+            return get_model(name).kv_bytes_per_token(getattr(params, "tp", 1) or 1)
+        except (KeyError, ValueError):
+            return None
+    return None

@@ -80,6 +80,7 @@ class ClusterModel:
     router: Router
     faults: Any = None  # a FaultInjector with a faults section
     scaler: Any = None  # an Autoscaler with an autoscaling section
+    disagg: Any = None  # a Disaggregation with prefill and decode groups
     cfg: Any = None
     arrays: Any = None
     seed: int = 0
@@ -113,7 +114,10 @@ def build_cluster_model(cfg: VariantConfig, arrays: WorkloadArrays, *, trace_ste
     for g_index, group in enumerate(cluster.groups):
         for name in group.replica_names():
             i = len(replicas)
-            rec = Recorder(trace_steps=trace_steps, series_capacity=cfg.output.series_capacity)
+            rec_cls = Recorder
+            if group.role == "prefill":
+                from orcasim.cluster.disagg import HandoffRecorder as rec_cls  # type: ignore[assignment]
+            rec = rec_cls(trace_steps=trace_steps, series_capacity=cfg.output.series_capacity)
             ctx, policy, latency = replica_parts(cfg, arrays, group, g_index, env, rec, s, i)
             replicas.append(Replica(i, name, group, ctx, rec, policy, latency))
     names = [r.name for r in replicas]
@@ -147,11 +151,36 @@ def build_cluster_model(cfg: VariantConfig, arrays: WorkloadArrays, *, trace_ste
     for r in replicas:
         if r.up:
             r.engine = Engine(env, r.ctx, r.policy, r.latency)
+    if cluster.disaggregated:
+        from orcasim.cluster.disagg import Disaggregation
+
+        _check_decode_memory(replicas, arrays)
+        assert cluster.link is not None and cluster.bytes_per_token is not None
+        model.disagg = Disaggregation(model, cluster.link, cluster.bytes_per_token)
     if cluster.faults is not None:
         from orcasim.cluster.faults import FaultInjector
 
         model.faults = FaultInjector(model, cfg, arrays, cluster.faults, s)
     return model
+
+
+def _check_decode_memory(replicas: list[Replica], arrays: WorkloadArrays) -> None:
+    """Refuse a decode group whose KV pool cannot hold even the workload's smallest request."""
+    from orcasim.policies.vllm_v1 import misfit
+
+    if len(arrays) == 0:
+        return
+    need = arrays.prompt_len + arrays.output_len
+    k = int(need.argmin())
+    for r in replicas:
+        if r.group.role != "decode":
+            continue
+        found = misfit(int(arrays.prompt_len[k]), int(arrays.output_len[k]), r.policy.params)
+        if found is not None:
+            names = list(dict.fromkeys(q.group.name for q in replicas))
+            raise ScenarioError(f"cluster.groups.{names.index(r.group.name)}",
+                                f"decode replica {r.name!r} cannot hold any request: the "
+                                f"smallest one {found[1]}")
 
 
 def replica_parts(cfg: VariantConfig, arrays: WorkloadArrays, group: GroupConfig, g_index: int,

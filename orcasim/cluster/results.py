@@ -112,6 +112,17 @@ def cluster_result(cfg: VariantConfig, m: ClusterModel, trace_steps: bool) -> Va
     summary["load_imbalance"] = m.router.mean_imbalance
     if m.faults is not None:
         summary.update(m.faults.summary())
+    if m.disagg is not None:
+        summary.update(m.disagg.summary())
+        # cache hits count where prompts are computed: decode replicas' hits are transfers
+        pre = [e for r, e in zip(reps, engine, strict=True) if r.group.role == "prefill"]
+        hits = sum(e.get("prefix_cache_hit_tokens", 0) for e in pre)
+        prompt = sum(e["prefix_cache_hit_tokens"] / e["prefix_cache_hit_rate"] for e in pre
+                     if e.get("prefix_cache_hit_rate"))
+        summary["prefix_cache_hit_tokens"] = hits
+        summary["prefix_cache_hit_rate"] = hits / prompt if prompt else 0.0
+    if "goodput_req_s" in summary:
+        summary["goodput_req_s_per_gpu"] = summary["goodput_req_s"] / n
     if m.scaler is not None:
         summary.update(m.scaler.summary(makespan if makespan == makespan else 0.0))
     total_routed = sum(m.router.routed)

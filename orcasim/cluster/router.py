@@ -115,6 +115,8 @@ class Router:
         self.repair_expected: Callable[[], bool] = lambda: False
         self.on_replica_idle: Callable[[int], None] | None = None  # its last request ended
         self.on_request_end: Callable[[Request], None] | None = None
+        #: called with a request just before a replica gets it (disaggregation)
+        self.prepare: Callable[[Request], None] | None = None
         self._needs_kv = bool(getattr(policy, "needs_kv_usage", False))
         if staleness == 0:
             view.outstanding = self.live_outstanding
@@ -130,6 +132,8 @@ class Router:
             out[i] -= 1
             tok[i] -= prompt.pop(req.id)
             self.total_outstanding -= 1
+            if req.state == RequestState.WAITING:  # handed on (prefill -> decode), not ended
+                return
             if self.on_end is not None:
                 self.on_end(req)
             if self.on_request_end is not None:
@@ -180,7 +184,7 @@ class Router:
         policy = self.policy
         scores = policy.scores(req) if self.log is not None else None
         i = policy.choose(req)
-        if self.retrying and not self.replicas[i].healthy:
+        if self.retrying and not view.available[i]:
             i = self._healthy_instead(req, scores, i)
             if i < 0:
                 self._park(req)
@@ -199,6 +203,8 @@ class Router:
         self._imbalance_n += 1
         rep = self.replicas[i]
         if rep.up:
+            if self.prepare is not None:
+                self.prepare(req)
             rep.ctx.submit(req)
         else:  # failed, and the router has not noticed yet: lost when it does
             rep.limbo.append(req)
@@ -207,8 +213,7 @@ class Router:
     def _healthy_instead(self, req: Request, scores: list[float] | None, i: int) -> int:
         """The policy picked a replica known to be down: the best-scored healthy one (a
         scoring policy), else the next healthy one by index (-1: none is healthy)."""
-        reps = self.replicas
-        healthy = [j for j, r in enumerate(reps) if r.healthy]
+        healthy = self.view.available_indices()
         if not healthy:
             return -1
         if scores is None:
@@ -228,6 +233,13 @@ class Router:
         parked, self.parked = self.parked, []
         for req in parked:
             self.route(req)
+
+    def attach(self, i: int, req: Request) -> None:
+        """``req``, already counted as outstanding in the cluster, is now bound for replica
+        ``i`` (a decode replica receiving its KV cache)."""
+        self.live_outstanding[i] += 1
+        self.live_tokens[i] += req.prompt_len
+        self._prompt[req.id] = req.prompt_len
 
     def take_back(self, i: int, req: Request) -> None:
         """``req`` left replica ``i`` without ending (its replica failed)."""
