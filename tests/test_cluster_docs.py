@@ -19,7 +19,8 @@ def test_the_python_example_runs(tmp_path, monkeypatch):
 
 
 def test_the_yaml_examples_validate():
-    first, faults = re.findall(r"^```yaml\n(.*?)^```", PAGE.read_text(), re.S | re.M)
+    first, faults, scaling, pd = re.findall(r"^```yaml\n(.*?)^```", PAGE.read_text(),
+                                            re.S | re.M)
     sc = orcasim.Scenario(yaml.safe_load(first))
     cluster = sc.variants[0].cluster
     assert [g.count for g in cluster.groups] == [4, 2] and cluster.staleness == 0.05
@@ -27,3 +28,10 @@ def test_the_yaml_examples_validate():
     raw["cluster"] = {**yaml.safe_load(faults)["cluster"]}
     f = orcasim.Scenario(raw).variants[0].cluster.faults
     assert f.events[0].replica == "r-1" and f.random.mttf == 3600
+    raw["cluster"] = {**yaml.safe_load(scaling)["cluster"]}
+    a = orcasim.Scenario(raw).variants[0].cluster.autoscaling
+    assert (a.min, a.initial, a.metric, a.cold_start) == (1, 2, "ttft", 30)
+    raw = {**yaml.safe_load(first), **yaml.safe_load(pd)}
+    c = orcasim.Scenario(raw).variants[0].cluster
+    assert [g.role for g in c.groups] == ["prefill", "decode"]
+    assert c.bytes_per_token == 131072 and c.link.preset == "infiniband_400g"
