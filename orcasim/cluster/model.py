@@ -164,6 +164,17 @@ def build_cluster_model(cfg: VariantConfig, arrays: WorkloadArrays, *, trace_ste
     return model
 
 
+def one_per_group(cfg: VariantConfig) -> VariantConfig:
+    """``cfg`` with one replica per group and no faults or scaler: what a check builds to
+    validate every group's components (the replicas of a group are identical)."""
+    from dataclasses import replace
+
+    cluster = cfg.cluster
+    assert cluster is not None
+    groups = tuple(replace(g, count=1) for g in cluster.groups)
+    return replace(cfg, cluster=replace(cluster, groups=groups, faults=None, autoscaling=None))
+
+
 def _check_decode_memory(replicas: list[Replica], arrays: WorkloadArrays) -> None:
     """Refuse a decode group whose KV pool cannot hold even the workload's smallest request."""
     from orcasim.policies.vllm_v1 import misfit

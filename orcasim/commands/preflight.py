@@ -64,9 +64,10 @@ def _check_variant(cfg: VariantConfig, arrays: WorkloadArrays) -> None:
 
     try:
         if cfg.cluster is not None:
-            from orcasim.cluster.model import build_cluster_model
+            from orcasim.cluster.model import build_cluster_model, one_per_group
 
-            latencies = [r.latency for r in build_cluster_model(cfg, arrays).replicas]
+            latencies = [r.latency for r in build_cluster_model(one_per_group(cfg),
+                                                                arrays).replicas]
         else:
             latencies = [build_model(cfg, arrays).latency]
     except ScenarioError as err:
