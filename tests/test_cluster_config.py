@@ -30,8 +30,8 @@ BASE = {"name": "c", "workload": {"type": "list", "requests": [
     ({"groups": [{"count": 1}], "router": "nearest"}, {},
      "cluster.router.type: unknown routing policy 'nearest'"),
     ({"groups": [{"count": 2}], "router": "kv_overlap"}, {},
-     "cluster.router: routing policy 'kv_overlap' reads replicas' prefix caches; replica "
-     "'g0-0' runs policy 'continuous' without one"),
+     "cluster.router: routing policy 'kv_overlap' reads replicas' prefix caches; group "
+     "'g0' runs policy 'continuous' without one"),
     ({"groups": [{"count": 1}], "admission": [{"type": "shed"}]}, {},
      "cluster.admission.0"),
     ({"groups": [{"count": 1}]}, {"admission": [{"type": "max_queue", "limit": 3}]},

@@ -75,7 +75,7 @@ def test_bad_disaggregation_is_refused(raw, message):
 def test_a_decode_group_that_holds_no_request_is_refused():
     raw = _cluster(groups=[{"name": "p", "role": "prefill"},
                            {"name": "d", "role": "decode", "policy": {**VLLM, "num_blocks": 3}}])
-    with pytest.raises(ScenarioError, match="decode replica 'd' cannot hold any request"):
+    with pytest.raises(ScenarioError, match="decode group 'd' cannot hold any request"):
         simulate(Scenario(raw))
 
 

@@ -29,9 +29,10 @@ def test_ttft_by_second_and_table(study):
                            "cluster": {"groups": [{"count": 1}]}})
     (v,) = orcasim.simulate(sc).values()
     curve = study.ttft_by_second(v, 3)
-    # second 0: TTFTs 0.8 (0.2 -> 1.0) and 1.3 (0.7 -> 2.0, joins at 1); second 1: 1.5 -> 3.0
-    assert curve[0] == pytest.approx(np.percentile([0.8, 1.3], 90))
-    assert curve[1] == pytest.approx(1.5) and np.isnan(curve[2])
+    # 1 s steps from the first arrival: 0.2 -> 1.2 (TTFT 1.0); 0.7 joins at 1.2 -> 2.2 (1.5);
+    # 1.5 joins at 2.2 -> 3.2 (1.7)
+    assert curve[0] == pytest.approx(np.percentile([1.0, 1.5], 90))
+    assert curve[1] == pytest.approx(1.7) and np.isnan(curve[2])
     text = study.markdown({"retry": {"retried": [2, 4], "aborted": [0, 0], "finished": [9, 9],
                                      "ttft_p99": [1.0, 1.0], "worst_p90": [0.5, 0.5]}})
     assert "| retry | 3.00 ± 12.71 | 0.00 ± 0.00 | 9.00 ± 0.00 | 1.00 ± 0.00 |" in text

@@ -128,9 +128,9 @@ def build_cluster_model(cfg: VariantConfig, arrays: WorkloadArrays, *, trace_ste
         for r in replicas:
             if r.prefix_cache() is None:
                 raise ScenarioError("cluster.router", f"routing policy {cluster.router.type!r} "
-                                    f"reads replicas' prefix caches; replica {r.name!r} runs "
-                                    f"policy {r.group.policy.type!r} without one (use vllm-v1 "
-                                    "with enable_prefix_caching)")
+                                    f"reads replicas' prefix caches; group {r.group.name!r} "
+                                    f"runs policy {r.group.policy.type!r} without one (use "
+                                    "vllm-v1 with enable_prefix_caching)")
     router = Router(env, replicas, routing, view, Recorder(series_capacity=16),
                     staleness=cluster.staleness, log=cluster.routing_log)
     if cluster.admission:
@@ -190,8 +190,8 @@ def _check_decode_memory(replicas: list[Replica], arrays: WorkloadArrays) -> Non
         if found is not None:
             names = list(dict.fromkeys(q.group.name for q in replicas))
             raise ScenarioError(f"cluster.groups.{names.index(r.group.name)}",
-                                f"decode replica {r.name!r} cannot hold any request: the "
-                                f"smallest one {found[1]}")
+                                f"decode group {r.group.name!r} cannot hold any request: "
+                                f"the smallest one {found[1]}")
 
 
 def replica_parts(cfg: VariantConfig, arrays: WorkloadArrays, group: GroupConfig, g_index: int,
