@@ -48,7 +48,7 @@ class Autoscaler:
         self.timeline: list[tuple[float, str, str]] = []
         self._ends: deque[tuple[float, float]] = deque()  # (end time, ttft) of ended requests
         router = model.router
-        router.retrying = True  # replicas wait for the last request anywhere before ending
+        router.dynamic = True  # replicas wait for the last request anywhere before ending
         router.repair_expected = lambda: self.starting > 0
         router.on_replica_idle = self._idle
         router.on_request_end = self._ended if opts.metric == "ttft" else None

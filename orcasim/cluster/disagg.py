@@ -73,7 +73,7 @@ class Disaggregation:
         self.transfer_time = 0.0
         self.link_wait = 0.0
         router = model.router
-        router.retrying = True  # a request in transfer is still on its way
+        router.dynamic = True  # a request in transfer is still on its way
         router.prepare = self._to_prefill
         for r in model.replicas:
             if r.group.role == "decode":

@@ -50,7 +50,7 @@ class FaultInjector:
         self._down_since: dict[int, float] = {}
         self._repairs_due = 0  # repairs scheduled and not yet done
         router = model.router
-        router.retrying = True
+        router.dynamic = True
         router.max_retries = opts.max_retries
         router.repair_expected = lambda: self._repairs_due > 0 or opts.random is not None
         by_name = {r.name: r for r in model.replicas}

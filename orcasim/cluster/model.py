@@ -262,8 +262,7 @@ def check_cluster_conservation(cfg: VariantConfig, model: ClusterModel, num_requ
     arrived_at_replicas = sum(r.recorder.num_arrived for r in model.replicas)
     # every routing decision put a request on a replica, or (faults) lost it there and retried
     routed = sum(router.routed) - router.num_retries - router.num_lost_aborted
-    ids = np.concatenate([np.frombuffer(rec._i["id"], dtype=np.int64) if rec._i["id"]
-                          else np.zeros(0, np.int64) for rec in recs])
+    ids = np.concatenate([rec.request_columns()["id"] for rec in recs])
     distinct = int(np.unique(ids).size)
     if (router.num_arrived != num_requests or ended != num_requests or distinct != ended
             or routed != arrived_at_replicas):

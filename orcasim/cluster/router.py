@@ -104,8 +104,9 @@ class Router:
         self._imbalance_sum = 0.0
         self._imbalance_n = 0
         self.log: list[tuple[float, int, int, str]] | None = [] if log else None
-        #: with faults: a request lost to a failure may come back, so replicas wait for the end
-        self.retrying = False
+        #: faults, autoscaling or disaggregation: requests may reach a replica after the source
+        #: is exhausted (retries, transfers), so replicas wait for every request to end
+        self.dynamic = False
         self.max_retries = 0
         self.total_outstanding = 0
         self.num_retries = 0
@@ -140,7 +141,7 @@ class Router:
                 self.on_request_end(req)
             if not out[i] and self.on_replica_idle is not None:
                 self.on_replica_idle(i)
-            if self.retrying and not self.total_outstanding:
+            if self.dynamic and not self.total_outstanding:
                 self._maybe_end()
 
         return ended
@@ -154,7 +155,7 @@ class Router:
     def no_more_arrivals(self) -> bool:
         """No request will reach a replica any more (what replicas' policies see as the end):
         with faults, not before every request has ended, as a lost one comes back."""
-        if not self.retrying:
+        if not self.dynamic:
             return self.source is None or self.source.exhausted
         return self.arrivals_done and not self.total_outstanding and not self.parked
 
@@ -184,7 +185,7 @@ class Router:
         policy = self.policy
         scores = policy.scores(req) if self.log is not None else None
         i = policy.choose(req)
-        if self.retrying and not view.available[i]:
+        if self.dynamic and not view.available[i]:
             i = self._healthy_instead(req, scores, i)
             if i < 0:
                 self._park(req)
