@@ -4,9 +4,10 @@ Each cluster size runs the seed scenario's continuous policy on every replica
 with the load per replica held fixed (Poisson at 30 req/s per replica,
 ``--per-replica`` requests each), so a cluster of ``n`` runs ``n`` times the
 steps of one replica. Prints wall seconds per simulated step (all replicas'
-steps together) and its ratio to the one-replica run in the same process, for
-each routing policy: a ratio near 1 means the per-step cost does not grow
-with the replica count.
+steps together; CPU time of this process, so other processes' load does not
+count) and its ratio to the one-replica run in the same process, for each
+routing policy: a ratio near 1 means the per-step cost does not grow with the
+replica count.
 
 ``--memory N`` also runs 16 replicas serving ``N`` requests (default 1,000,000
 with ``--memory`` alone) in a child process and prints its peak resident set
@@ -40,15 +41,15 @@ def config(n: int, per_replica: int, router: str):
 
 
 def per_step(n: int, per_replica: int, router: str, repeat: int) -> tuple[float, int]:
-    """Best wall seconds per simulated step over ``repeat`` runs, and the step count."""
+    """Best CPU seconds per simulated step over ``repeat`` runs, and the step count."""
     cfg = config(n, per_replica, router)
     arrays = generate_workload(cfg)
     best = float("inf")
     steps = 0
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         res = run_variant(cfg, arrays)
-        dt = time.perf_counter() - t0
+        dt = time.process_time() - t0
         steps = int(res.summary["num_steps"])
         best = min(best, dt / steps)
     return best, steps
