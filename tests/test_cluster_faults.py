@@ -95,3 +95,11 @@ def test_a_scoring_router_avoids_a_replica_it_knows_is_down():
     # r-0 looks emptiest (ties go to index 0) but is down: the best healthy score wins
     assert v.routing["replica"] == ["r-1", "r-1", "r-1"]
     assert v.requests["state"].tolist() == ["finished"] * 3
+
+
+def test_client_patience_with_faults_is_refused():
+    from orcasim.errors import ScenarioError
+
+    raw = {**FAIL, "clients": {"patience": 5.0}}
+    with pytest.raises(ScenarioError, match="client patience and timeouts are not supported"):
+        simulate(Scenario(raw))

@@ -109,6 +109,12 @@ def build_cluster_model(cfg: VariantConfig, arrays: WorkloadArrays, *, trace_ste
     cluster = cfg.cluster
     assert cluster is not None
     s = cfg.seed if seed is None else seed
+    moves = cluster.faults is not None or cluster.disaggregated
+    if moves and (cfg.clients is not None or "patience" in arrays.attrs
+                  or "timeout" in arrays.attrs):
+        raise ScenarioError("clients", "client patience and timeouts are not supported yet "
+                            "with replica faults or disaggregation (requests move between "
+                            "replicas)")
     env = simpy.Environment()
     replicas: list[Replica] = []
     for g_index, group in enumerate(cluster.groups):
