@@ -11,7 +11,7 @@ Typical use from a notebook::
     df = orcasim.sweep(sc, {"workload.arrival.rate": [1, 2]}, seeds=5)  # one row per run
 """
 
-from orcasim import latency, policies, workload  # noqa: F401  (register built-in components)
+from orcasim import latency, policies, routing, workload  # noqa: F401  (register built-ins)
 from orcasim.errors import (
     FailedRunsWarning,
     OrcasimError,

@@ -62,10 +62,13 @@ class SchedulerContext:
     and iteration, e.g. :class:`~orcasim.policies.queues.KeyedQueue`).
     """
 
-    def __init__(self, env: simpy.Environment, recorder: Recorder, seed: int = 0) -> None:
+    def __init__(self, env: simpy.Environment, recorder: Recorder, seed: int = 0,
+                 rng_key: tuple[int, ...] = ()) -> None:
         self.env = env
         self.recorder = recorder
         self.seed = seed
+        #: appended to the policies' spawn key: one stream per engine of a cluster
+        self.rng_key = rng_key
         self.waiting: Any = deque()
         self.source: OpenLoopSource | None = None
         self.policy: Policy | None = None
@@ -103,7 +106,7 @@ class SchedulerContext:
         never changes the workload's requests.
         """
         if self._rng is None:
-            ss = np.random.SeedSequence(self.seed, spawn_key=(POLICY_RNG_STREAM,))
+            ss = np.random.SeedSequence(self.seed, spawn_key=(POLICY_RNG_STREAM, *self.rng_key))
             self._rng = np.random.default_rng(ss)
         return self._rng
 
@@ -219,6 +222,12 @@ class SchedulerContext:
             self.recorder.num_arrived += count
             ev, self._arrival = self._arrival, None
             self._fire(ev)
+
+    def arrivals_ended(self) -> None:
+        """Wake a policy waiting on :attr:`arrival` without a request, so it sees that
+        arrivals are done (a cluster's router sent the last request to another engine)."""
+        ev, self._arrival = self._arrival, None
+        self._fire(ev)
 
     # -- life cycle ------------------------------------------------------------
     def admit(self, req: Request) -> None:

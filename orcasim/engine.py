@@ -215,8 +215,8 @@ class Engine:
             while True:
                 if gen is None:
                     # let this instant's processes react first (SimPy's queue, read directly)
-                    while queue and queue[0][0] <= env._now:
-                        yield timeout(env, 0.0)
+                    while queue and queue[0][0] <= env._now and queue[0][1] < SETTLE:
+                        yield settle(env)
                     plan = ready() if ready is not None else None
                     if plan is None:
                         gen = policy.next_step()
@@ -225,8 +225,9 @@ class Engine:
                         except StopIteration as done:
                             plan, gen = done.value, None
                 else:  # the decision waits on ev: resume it if ev has happened by now
-                    while not happened(ev) and queue and queue[0][0] <= env._now:
-                        yield timeout(env, 0.0)  # let this instant's events be processed first
+                    while (not happened(ev) and queue and queue[0][0] <= env._now
+                           and queue[0][1] < SETTLE):
+                        yield settle(env)  # let this instant's events be processed first
                     if happened(ev):
                         try:
                             ev = gen.send(ev.value)  # type: ignore[union-attr]
@@ -321,6 +322,20 @@ class Until(simpy.Timeout):
         self._delay = at - env.now
         self._ok = True
         heapq.heappush(env._queue, (at, NORMAL, next(env._eid), self))  # type: ignore[attr-defined]
+
+
+#: priority of the engine's settle events: after every ordinary event of the same instant,
+#: so engines sharing one environment (a cluster) never wait on each other's settle events
+SETTLE = 2
+
+
+def settle(env: simpy.Environment) -> simpy.Event:
+    """An event processed after every ordinary event of this instant, and those they cause."""
+    ev = simpy.Event(env)
+    ev._ok = True
+    ev._value = None
+    env.schedule(ev, SETTLE)
+    return ev
 
 
 def happened(ev: simpy.Event | None) -> bool:

@@ -39,6 +39,7 @@ SECTIONS: list[tuple[str, str, Registry[Any], str]] = [
     ("Latency models", "latency-models", registry.latency_models, "`engine.latency`"),
     ("Policies", "policies", registry.policies, "`policy`"),
     ("Admission controllers", "admission-controllers", registry.admission, "`admission`"),
+    ("Routing policies", "routing-policies", registry.routers, "`cluster.router`"),
 ]
 #: top-level fields typed ``Any`` that hold a component of a registry
 COMPONENT_FIELDS = {"workload": registry.workloads, "policy": registry.policies,

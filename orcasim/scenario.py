@@ -26,6 +26,7 @@ from pydantic_core import PydanticCustomError
 
 from orcasim import registry
 from orcasim.clients import ClientOptions
+from orcasim.cluster.config import ClusterOptions
 from orcasim.control import ControlEvent
 from orcasim.errors import ScenarioError, UsageError
 from orcasim.experiments.options import SweepOptions
@@ -119,6 +120,7 @@ class ScenarioModel(ComponentParams):
     output: OutputOptions = Field(default_factory=OutputOptions)
     admission: list[Any] = Field(default_factory=list)
     events: list[ControlEvent] = Field(default_factory=list)
+    cluster: ClusterOptions | None = None  # replicas behind a router
     variants: dict[str, dict[str, Any] | None] | None = None
     sweep: SweepOptions | None = None
 
@@ -152,6 +154,7 @@ class VariantConfig:
     memory: MemoryOptions | None = None
     clients: ClientOptions | None = None
     frontend: FrontendOptions | None = None
+    cluster: Any = None  # a ClusterConfig: replicas behind a router
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved configuration, every default filled in."""
@@ -172,6 +175,8 @@ class VariantConfig:
             out["engine"]["frontend"] = self.frontend.model_dump()
         elif getattr(self.workload.cls, "client_side", False):
             out["engine"]["frontend"] = False
+        if self.cluster is not None:
+            out["cluster"] = self.cluster.to_dict()
         return out
 
 
@@ -318,6 +323,7 @@ def _variant(name: str, raw: dict[str, Any], where: str) -> VariantConfig:
             memory=model.memory,
             clients=model.clients,
             frontend=None,
+            cluster=_cluster(model),
         )
         return replace(cfg, frontend=front_end(model.engine.frontend, cfg.workload))
     except ScenarioError as err:
@@ -330,6 +336,16 @@ def front_end(given: FrontendOptions | None, workload: Spec) -> FrontendOptions 
     if given is None:
         return FrontendOptions() if getattr(workload.cls, "client_side", False) else None
     return given if given.enabled else None
+
+
+def _cluster(model: ScenarioModel) -> Any:
+    """The resolved ``cluster`` section (``None`` without one)."""
+    if model.cluster is None:
+        return None
+    from orcasim.cluster.config import build_cluster
+
+    return build_cluster(model.cluster, model.policy, model.engine.latency, model.memory,
+                         model.admission, model.events)
 
 
 def merge(base: Any, over: Any) -> Any:

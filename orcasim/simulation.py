@@ -21,6 +21,7 @@ from orcasim.context import SchedulerContext
 from orcasim.control import control_process, first_time
 from orcasim.engine import Engine
 from orcasim.errors import EXIT_USAGE, OrcasimError, ScenarioError, SimulationError
+from orcasim.kv.config import MemoryOptions
 from orcasim.latency.base import LatencyModel
 from orcasim.metrics.recorder import Recorder
 from orcasim.metrics.results import Results, VariantResult
@@ -29,6 +30,7 @@ from orcasim.policies.base import Policy
 from orcasim.request import RequestState
 from orcasim.scenario import Scenario, VariantConfig, load_scenario
 from orcasim.source import make_source
+from orcasim.spec import Spec
 from orcasim.workload.base import WorkloadArrays
 
 T = TypeVar("T")
@@ -62,6 +64,10 @@ def run_variant(
     called with the variant's name, its model and its request count before it
     runs (e.g. :meth:`orcasim.progress.Progress.watch`).
     """
+    if cfg.cluster is not None:
+        from orcasim.cluster.results import run_cluster_variant
+
+        return run_cluster_variant(cfg, arrays, trace_steps=trace_steps, seed=seed)
     m = build_model(cfg, arrays, trace_steps=trace_steps, seed=seed)
     if on_model is not None:
         on_model(cfg.name, m, len(arrays))
@@ -145,19 +151,7 @@ def build_model(
     env = simpy.Environment() if env is None else env
     rec = Recorder(trace_steps=trace_steps, series_capacity=cfg.output.series_capacity)
     ctx = SchedulerContext(env, rec, seed=cfg.seed if seed is None else seed)
-    if cfg.memory is not None:
-        from orcasim.kv.pool import KVPool
-
-        ctx.kv = _section("memory", lambda: KVPool.from_options(env, cfg.memory, rec))
-        if not getattr(cfg.policy.cls, "models_kv_memory", False):
-            raise ScenarioError("memory", f"policy {cfg.policy.type!r} does not allocate KV "
-                                "memory (remove the memory section, or use a built-in policy)")
-    policy = ctx.policy = _section("policy", lambda: cfg.policy.create(ctx))
-    if cfg.clients is not None or "patience" in arrays.attrs or "timeout" in arrays.attrs:
-        from orcasim.clients import Clients
-
-        ctx.clients = Clients(ctx, cfg.clients)
-    latency = _section("engine.latency", cfg.latency.create)
+    policy, latency = build_model_parts(cfg, cfg.policy, cfg.latency, cfg.memory, ctx, arrays)
     if cfg.admission or cfg.events:
         ctx.gate = Gate(make_controllers(cfg, ctx),
                         drain_at=first_time(cfg.events, "drain"),
@@ -179,6 +173,32 @@ def api_server_limit(cfg: VariantConfig) -> int | None:
     if not getattr(cfg.workload.cls, "sends_max_tokens", False):
         return None
     return getattr(cfg.policy.params, "max_model_len", None)
+
+
+def build_model_parts(
+    cfg: VariantConfig, policy_spec: Spec, latency_spec: Spec, memory: MemoryOptions | None,
+    ctx: SchedulerContext, arrays: WorkloadArrays, where: str = "",
+) -> tuple[Policy, LatencyModel]:
+    """One engine's KV memory, policy, clients and latency model, in that order, on ``ctx``.
+
+    ``where`` prefixes the sections named in errors (a cluster group's path).
+    """
+    env, rec = ctx.env, ctx.recorder
+    at = f"{where}." if where else ""
+    if memory is not None:
+        from orcasim.kv.pool import KVPool
+
+        ctx.kv = _section(f"{at}memory", lambda: KVPool.from_options(env, memory, rec))
+        if not getattr(policy_spec.cls, "models_kv_memory", False):
+            raise ScenarioError(f"{at}memory", f"policy {policy_spec.type!r} does not allocate "
+                                "KV memory (remove the memory section, or use a built-in policy)")
+    policy = ctx.policy = _section(f"{at}policy", lambda: policy_spec.create(ctx))
+    if cfg.clients is not None or "patience" in arrays.attrs or "timeout" in arrays.attrs:
+        from orcasim.clients import Clients
+
+        ctx.clients = Clients(ctx, cfg.clients)
+    latency = _section(f"{at}engine.latency", latency_spec.create)
+    return policy, latency
 
 
 def _section(section: str, build: Callable[[], T]) -> T:

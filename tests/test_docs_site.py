@@ -31,10 +31,10 @@ def test_reference_lists_every_component_and_field():
             assert f"### `{name}`" in text
             for field in cls.Params.model_fields:
                 assert f"| `{field}` |" in text, (name, field)
-    assert len(SECTIONS) == 6  # every registry orcasim has
+    assert len(SECTIONS) == 7  # every registry orcasim has
     assert {id(r) for _, _, r, _ in SECTIONS} == {id(r) for r in (
         registry.policies, registry.latency_models, registry.workloads, registry.arrivals,
-        registry.lengths, registry.admission)}
+        registry.lengths, registry.admission, registry.routers)}
 
 
 def test_reference_rows_carry_types_defaults_and_constraints():

@@ -63,10 +63,17 @@ def _check_variant(cfg: VariantConfig, arrays: WorkloadArrays) -> None:
     from orcasim.simulation import build_model
 
     try:
-        model = build_model(cfg, arrays)
+        if cfg.cluster is not None:
+            from orcasim.cluster.model import build_cluster_model, one_per_group
+
+            latencies = [r.latency for r in build_cluster_model(one_per_group(cfg),
+                                                                arrays).replicas]
+        else:
+            latencies = [build_model(cfg, arrays).latency]
     except ScenarioError as err:
         raise _scenario_problem(err, "policy") from None
-    _check_latency(model.latency)
+    for latency in latencies:
+        _check_latency(latency)
 
 
 def _scenario_problem(err: ScenarioError, section: str) -> _Problem:

@@ -53,18 +53,26 @@ TABLE_METRICS = [
     "swapped_bytes",
     # policies with a prefix cache
     "prefix_cache_hit_rate",
+    # clusters
+    "num_replicas",
+    "gpu_seconds",
+    "gpu_busy_seconds",
+    "load_imbalance",
 ]
 
 CLASS_METRICS = ["num_finished", "num_rejected", "num_aborted", "throughput_tok_s",
                  "queue_delay_p99", "ttft_p50", "ttft_p99", "tpot_p50", "e2e_p99",
                  "client_ttft_p50", "client_ttft_p99", "client_e2e_p99"]
 TENANT_METRICS = ["num_requests", "num_finished", "service_tokens", "ttft_p99"]
+REPLICA_METRICS = ["routed_share", "num_finished", "ttft_p50", "ttft_p99", "busy_fraction",
+                   "kv_peak_usage", "prefix_cache_hit_rate"]
 
 
 def group_tables(res) -> list[tuple[str, list[str]]]:
     """The per-class and per-tenant summary keys present in ``res``, for extra tables."""
     out = []
-    for kind, wanted in (("class", CLASS_METRICS), ("tenant", TENANT_METRICS)):
+    for kind, wanted in (("class", CLASS_METRICS), ("tenant", TENANT_METRICS),
+                         ("replica", REPLICA_METRICS)):
         names = list(dict.fromkeys(
             k[len(kind) + 1:].rpartition(".")[0] for v in res.values() for k in v.summary
             if k.startswith(kind + ".")))

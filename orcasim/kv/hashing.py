@@ -40,6 +40,11 @@ class BlockHasher:
             h = ids[key] = len(ids) + 1
         return h
 
+    def lookup(self, parent: int, content: Hashable) -> int | None:
+        """The identity of ``content`` after ``parent`` if it was ever interned (none added):
+        a block never interned cannot be cached."""
+        return self._ids.get((parent, content))
+
     def chain(self, contents: Iterable[Hashable], parent: int = 0) -> list[int]:
         """Identities of consecutive blocks with the given contents."""
         out = []

@@ -257,6 +257,8 @@ def timeline(results: Results) -> Figure:
     palette = colors(results)
     for name in results:
         d = s[s["variant"] == name]
+        if "replica" in d and d["replica"].notna().any():
+            d = cluster_totals(d)
         axes[0].step(d["t"], d["batch_size"], where="mid", color=palette[name], lw=1, label=name)
         axes[1].step(d["t"], d["num_waiting"], where="mid", color=palette[name], lw=1)
     axes[0].set_ylabel(f"{mean}batch size\n(requests)")
@@ -268,6 +270,48 @@ def timeline(results: Results) -> Figure:
         ax.grid(True, alpha=0.3)
         _int_ticks(ax)
     return _finish(fig, f"{run_title(results)}\nbatch size and queue length over time")
+
+
+def cluster_totals(d: Any, bins: int = 400) -> Any:
+    """A cluster's per-replica step rows as cluster totals over time: per time bin, each
+    replica's mean batch size and queue length, summed over replicas."""
+    d = d[d["replica"].notna()]
+    t = d["t"].to_numpy()
+    edges = np.linspace(float(t.min()), float(np.nextafter(t.max(), np.inf)), bins + 1)
+    b = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, bins - 1)
+    per = d.assign(bin=b).groupby(["bin", "replica"])[["batch_size", "num_waiting"]].mean()
+    tot = per.groupby(level="bin").sum()
+    mid = (edges[:-1] + edges[1:]) / 2
+    return tot.assign(t=mid[tot.index.to_numpy()]).reset_index(drop=True)
+
+
+def replicas_figure(results: Results) -> Figure:
+    """Per replica: requests routed to it, and its queue length over time (cluster runs)."""
+    plt = _pyplot()
+    names = [n for n in results if "num_replicas" in results[n].summary]
+    fig, axes = plt.subplots(len(names), 2, figsize=(11, 2.6 * len(names) + 0.9),
+                             squeeze=False, gridspec_kw={"width_ratios": [1, 2.2]})
+    unit = time_unit(results)
+    for row, name in zip(axes, names, strict=True):
+        v = results[name]
+        shares = {k.split(".")[1]: val for k, val in v.summary.items()
+                  if k.startswith("replica.") and k.endswith(".routed_share")}
+        row[0].bar(list(shares), [100 * x for x in shares.values()], color="tab:blue")
+        row[0].set_ylabel("requests routed (%)")
+        row[0].set_title(name, fontsize="medium")
+        row[0].tick_params(axis="x", labelrotation=90, labelsize="small")
+        s = v.step_series
+        if "replica" in s:
+            s = s.assign(t=(s["t_start"] + s["t_end"]) / 2)
+            for k, rep in enumerate(shares):
+                d = s[s["replica"] == k]
+                row[1].step(d["t"], d["num_waiting"], where="mid", lw=0.8, label=rep)
+        row[1].set_ylabel("requests waiting")
+        row[1].grid(True, alpha=0.3)
+        if len(shares) <= 8:
+            row[1].legend(fontsize="x-small", loc="upper right")
+    axes[-1, 1].set_xlabel(f"time ({unit})")
+    return _finish(fig, f"{run_title(results)}\nrouting and per-replica queue length")
 
 
 def kv_timeline(results: Results) -> Figure:
@@ -300,6 +344,8 @@ def write_all(results: Results, out: Path) -> list[Path]:
     makers = [("gantt", gantt), ("latency_cdf", latency_cdfs), ("timeline", timeline)]
     if any(v.kv_series is not None for v in results.values()):
         makers.append(("kv_usage", kv_timeline))
+    if any(v.summary.get("num_replicas", 1) > 1 for v in results.values()):
+        makers.append(("replicas", replicas_figure))
     for name, make in makers:
         fig = make(results)
         p = out / f"{name}.png"

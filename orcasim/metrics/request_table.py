@@ -57,6 +57,8 @@ def request_table(columns: Mapping[str, Any], variant: str | None = None) -> pa.
         "tenant": pa.array(c["tenant"], type=pa.string()),
         "num_preemptions": c["num_preemptions"],
     })
+    if "replica" in c:  # a cluster run: the replica that served it (None: rejected)
+        cols["replica"] = pa.array(c["replica"], type=pa.string())
     cols.update(request_latencies(c))
     return pa.table(cols)
 

@@ -40,6 +40,8 @@ class VariantResult:
     steps: list[tuple[int, float, float, tuple[str | None, ...]]] | None
     summary: dict[str, float]
     kv_series: dict[str, np.ndarray] | None = None  # KV memory use over time (memory runs)
+    routing: dict[str, Any] | None = None  # a cluster's routing log (cluster.routing_log)
+    scaling: dict[str, Any] | None = None  # a cluster's scale-up/down timeline (autoscaling)
 
     @property
     def requests(self) -> pd.DataFrame:
@@ -74,6 +76,8 @@ class VariantResult:
         )
         if "sent" in c:  # the API server is modelled: when each client sent its request
             df.insert(df.columns.get_loc("arrival"), "sent", c["sent"])
+        if "replica" in c:  # a cluster run: the replica that served it (None: rejected)
+            df["replica"] = c["replica"]
         for k, v in request_latencies(c).items():
             df[k] = v
         return df
@@ -340,6 +344,17 @@ class Results(Mapping[str, VariantResult]):
             df = pd.concat(kv, ignore_index=True)
             df[["variant", *[c for c in df.columns if c != "variant"]]].to_csv(p, index=False)
             written.append(p)
+        for kind in ("routing", "scaling"):  # cluster runs: routing log, scaling timeline
+            frames = [pd_frame(getattr(v, kind)).assign(variant=n)
+                      for n, v in self.variants.items() if getattr(v, kind) is not None]
+            if frames:
+                import pandas as pd
+
+                p = out / f"{kind}.csv"
+                df = pd.concat(frames, ignore_index=True)
+                df[["variant", *[c for c in df.columns if c != "variant"]]].to_csv(p,
+                                                                                  index=False)
+                written.append(p)
         steps = self.steps
         if steps is not None:
             p = out / "steps.csv"
@@ -367,7 +382,14 @@ class Results(Mapping[str, VariantResult]):
         return written
 
 
-_GROUP_KINDS = ("class", "tenant")
+_GROUP_KINDS = ("class", "tenant", "replica")
+
+
+def pd_frame(columns: Mapping[str, Any]) -> pd.DataFrame:
+    """A DataFrame of ``columns`` (pandas imported only here)."""
+    import pandas as pd
+
+    return pd.DataFrame(dict(columns))
 
 
 def split_summary_key(key: str) -> tuple[str | None, str | None, str]:

@@ -1,0 +1,1 @@
+"""Clusters: many replicas (whole engines) behind a router, in one SimPy environment."""

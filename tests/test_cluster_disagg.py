@@ -1,0 +1,89 @@
+"""Disaggregated prefill/decode: an exact schedule through the link, and refused configs."""
+
+from __future__ import annotations
+
+import pytest
+
+from orcasim.errors import ScenarioError
+from orcasim.scenario import Scenario
+from orcasim.simulation import simulate
+
+VLLM = {"type": "vllm-v1", "num_blocks": 200, "block_size": 16, "max_num_seqs": 8,
+        "max_num_batched_tokens": 512}
+PD = {
+    "name": "pd", "policy": VLLM,
+    "engine": {"latency": {"type": "linear", "base": 1.0, "per_seq": 0, "per_token": 0}},
+    "workload": {"type": "list", "requests": [
+        {"name": "A", "arrival": 0, "prompt_len": 64, "output_len": 3},
+        {"name": "B", "arrival": 0, "prompt_len": 40, "output_len": 2}]},
+    "cluster": {"link": {"bandwidth_gb_s": 1.0, "latency_s": 0.25,
+                         "bytes_per_token": 1_000_000, "concurrency": 1},
+                "groups": [{"name": "p", "role": "prefill"}, {"name": "d", "role": "decode"}]},
+}
+
+
+def test_prefill_link_decode_exact_schedule():
+    (v,) = simulate(Scenario(PD)).values()
+    df = v.requests
+    # prefill: both prompts in the step [0, 1], first tokens at 1; the link moves one at a
+    # time: A (64 MB) 0.25 + 0.064 s -> 1.314, B waits 0.314 s, then 0.29 s -> 1.604; decode
+    # runs A's second token in [1.314, 2.314] (only its last prompt token is computed, the
+    # rest is the transferred cache), B joins at 2.314: both finish at 3.314
+    assert df["replica"].tolist() == ["d", "d"]
+    assert df["first_token"].tolist() == [1.0, 1.0]
+    assert df["finish"].tolist() == pytest.approx([3.314, 3.314])
+    s = v.summary
+    assert s["num_kv_transfers"] == 2 and s["kv_transfer_bytes"] == 104_000_000
+    assert s["kv_transfer_wait_mean"] == pytest.approx(0.157)
+    assert s["kv_transfer_time_mean"] == pytest.approx(0.302)
+    # inter-token gaps: A 1.314 and 1.0, B 2.314 (the transfer and decode queue included)
+    assert s["itl_mean"] == pytest.approx((1.314 + 1.0 + 2.314) / 3)
+    assert s["replica.p.num_finished"] == 0 and s["replica.d.num_finished"] == 2
+    assert s["prefix_cache_hit_rate"] == 0.0  # transferred blocks are not cache hits
+
+
+def test_a_one_token_request_ends_on_the_prefill_replica():
+    raw = {**PD, "workload": {"type": "list", "requests": [
+        {"name": "A", "arrival": 0, "prompt_len": 64, "output_len": 1}]}}
+    (v,) = simulate(Scenario(raw)).values()
+    assert v.requests["replica"].tolist() == ["p"] and v.summary["num_kv_transfers"] == 0
+
+
+def _cluster(**over):
+    return {**PD, "cluster": {**PD["cluster"], **over}}
+
+
+@pytest.mark.parametrize("raw,message", [
+    (_cluster(groups=[{"role": "prefill"}]),
+     "cluster.groups: disaggregation needs a decode group"),
+    (_cluster(groups=[{"role": "prefill"}, {"name": "d", "role": "decode"}, {"name": "m"}]),
+     "mixed groups cannot serve beside prefill and decode groups yet"),
+    (_cluster(link={"bandwidth_gb_s": 0}),
+     "cluster.link.bandwidth_gb_s: Input should be greater than 0"),
+    (_cluster(link=None), "cluster.link: disaggregated prefill/decode needs a link"),
+    (_cluster(link={"preset": "nvlink"}), "cluster.link.bytes_per_token: required"),
+    (_cluster(groups=[{"role": "prefill"}, {"name": "d", "role": "decode",
+                                             "policy": {"type": "continuous"}}]),
+     "cluster.groups.1.policy: decode replicas run vllm-v1"),
+])
+def test_bad_disaggregation_is_refused(raw, message):
+    with pytest.raises(ScenarioError) as err:
+        Scenario(raw)
+    assert message in str(err.value)
+
+
+def test_a_decode_group_that_holds_no_request_is_refused():
+    raw = _cluster(groups=[{"name": "p", "role": "prefill"},
+                           {"name": "d", "role": "decode", "policy": {**VLLM, "num_blocks": 3}}])
+    with pytest.raises(ScenarioError, match="decode group 'd' cannot hold any request"):
+        simulate(Scenario(raw))
+
+
+def test_link_sized_from_the_model():
+    raw = _cluster(link={"preset": "nvlink"})
+    raw["engine"] = {"latency": {"type": "roofline", "model": "llama-3.1-8b",
+                                 "gpu": "h100-80gb"}}
+    cfg = Scenario(raw).variants[0].cluster
+    assert cfg.bytes_per_token == 131072  # 32 layers x 8 KV heads x 128 x 2 x 2 bytes
+    (v,) = simulate(Scenario(raw)).values()
+    assert v.summary["num_finished"] == 2
