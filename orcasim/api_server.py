@@ -37,16 +37,14 @@ import simpy
 from orcasim.context import SchedulerContext
 from orcasim.frontend import FrontendOptions
 from orcasim.request import Request, RequestState
-from orcasim.source import OpenLoopSource, delay_until
+from orcasim.source import ArrivalSource, OpenLoopSource, delay_until
 
 #: the rejection reason of a request the API server refuses (HTTP 400)
 TOO_LONG = "max_tokens_exceeds_max_model_len"
 
 
-class ApiServer:
+class ApiServer(ArrivalSource):
     """The API server as the context's source (see the module docstring)."""
-
-    lazy = False  # each request reaches the queue as the server hands it over
 
     def __init__(self, env: simpy.Environment, ctx: SchedulerContext, inner: OpenLoopSource,
                  num_requests: int, timing: FrontendOptions | None,

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from orcasim.kv.pool import KVPool
     from orcasim.metrics.recorder import Recorder
     from orcasim.policies.base import Policy
-    from orcasim.source import OpenLoopSource
+    from orcasim.source import ArrivalSource
 
 RUNNING = RequestState.RUNNING
 FINISHED = RequestState.FINISHED
@@ -70,7 +70,7 @@ class SchedulerContext:
         #: appended to the policies' spawn key: one stream per engine of a cluster
         self.rng_key = rng_key
         self.waiting: Any = deque()
-        self.source: OpenLoopSource | None = None
+        self.source: ArrivalSource | None = None
         self.policy: Policy | None = None
         #: KV memory: the scenario's pool, or an unlimited one without a memory section
         self.kv: KVPool | UnlimitedKV | Any = UnlimitedKV(env)

@@ -117,7 +117,38 @@ class Backlog:
         self._lo = self._hi
 
 
-class OpenLoopSource:
+class ArrivalSource:
+    """What a context and its engine read of the source of arrivals (``ctx.source``).
+
+    The defaults describe a source that submits each request as it comes and
+    has nothing scheduled ahead: :class:`OpenLoopSource` overrides them; the
+    API server, a cluster replica's view of the router and ``orcasim serve``'s
+    live source keep most of them.
+    """
+
+    #: released lazily into ``ctx.waiting`` (a :class:`Backlog`), see
+    #: :meth:`OpenLoopSource.release_lazily`
+    lazy = False
+
+    @property
+    def exhausted(self) -> bool:
+        """No request will arrive any more."""
+        raise NotImplementedError
+
+    def pending_until(self, now: float) -> bool:
+        """Whether a request due by ``now`` has not been submitted yet."""
+        return False
+
+    def flush(self, now: float) -> None:
+        """Submit every request due by ``now``."""
+        return None
+
+    def next_arrival(self) -> float | None:
+        """When the next request arrives, if known ahead."""
+        return None
+
+
+class OpenLoopSource(ArrivalSource):
     """Releases the workload's requests into ``ctx`` at their arrival times.
 
     Requests are created only when they arrive, so a long workload costs three
@@ -129,9 +160,6 @@ class OpenLoopSource:
     wakes the source only while someone waits for an arrival, and released
     requests wait in a :class:`Backlog` until the policy takes them.
     """
-
-    #: released lazily into ``ctx.waiting`` (a :class:`Backlog`), see :meth:`release_lazily`
-    lazy = False
 
     def __init__(self, env: simpy.Environment, ctx: SchedulerContext, arrays: WorkloadArrays):
         self.env = env

@@ -62,7 +62,7 @@ def test_cluster_run_writes_replica_columns_and_routing_log(tmp_path, capsys):
     assert main(["run", str(p), "--out", str(tmp_path / "out"), "--no-plots"]) == 0
     out = capsys.readouterr().out
     assert "per replica:" in out and "replica.r-0.routed_share" in out
-    req = pd.read_csv(tmp_path / "out" / "requests.csv")
+    req = pd.read_parquet(tmp_path / "out" / "requests.parquet")
     assert req["replica"].tolist() == ["r-0"]
     log = pd.read_csv(tmp_path / "out" / "routing.csv")
     assert log[["variant", "id", "replica"]].values.tolist() == [["continuous", 0, "r-0"]]

@@ -22,6 +22,7 @@ import simpy
 
 from orcasim.request import Request, RequestState
 from orcasim.routing.base import RouterView, RoutingPolicy
+from orcasim.source import ArrivalSource
 
 if TYPE_CHECKING:
     from orcasim.cluster.model import Replica
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from orcasim.source import OpenLoopSource
 
 
-class SourceView:
+class SourceView(ArrivalSource):
     """The workload's source as one replica's context sees it (arrivals go via the router)."""
 
     def __init__(self, router: Router) -> None:

@@ -38,7 +38,7 @@ from orcasim.request import FINAL_STATES, Request, RequestState
 from orcasim.scenario import VariantConfig
 from orcasim.serve.metrics import ServeMetrics
 from orcasim.simulation import Model, build_model, variant_result
-from orcasim.source import delay_until
+from orcasim.source import ArrivalSource, delay_until
 from orcasim.workload.base import WorkloadArrays
 
 #: abort reason of a request whose HTTP client went away
@@ -84,10 +84,8 @@ class Ticket:
         return self.state in FINAL_STATES
 
 
-class LiveSource:
+class LiveSource(ArrivalSource):
     """``ctx.source`` of a live run: no scheduled arrivals, exhausted once the server stops."""
-
-    lazy = False  # requests are submitted as they come, never released lazily
 
     def __init__(self) -> None:
         self.closed = False
