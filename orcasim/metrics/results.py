@@ -17,15 +17,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from orcasim.metrics.request_table import request_table, write_requests_parquet
-from orcasim.metrics.summary import extra_percentiles, merge_percentiles, request_latencies
-from orcasim.request import RequestState
+from orcasim.metrics.summary import extra_percentiles, merge_percentiles
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from orcasim.scenario import Scenario, VariantConfig
 
-_STATE_NAMES = {int(s): s.name.lower() for s in RequestState}
 
 
 @dataclass(repr=False)
@@ -50,37 +48,9 @@ class VariantResult:
 
     def first_requests(self, n: int | None) -> pd.DataFrame:
         """:attr:`requests` of the ``n`` requests with the smallest ids (all with ``None``),
-        built from those rows only."""
-        import pandas as pd
-
+        built from those rows only (the columns of ``requests.parquet``)."""
         c = self.columns if n is None else {k: v[:n] for k, v in self.columns.items()}
-        df = pd.DataFrame(
-            {
-                "id": c["id"],
-                "name": [n if n is not None else str(i) for n, i in zip(c["name"], c["id"],
-                                                                        strict=True)],
-                "arrival": c["arrival"],
-                "first_scheduled": c["first_scheduled"],
-                "first_token": c["first_token"],
-                "finish": c["finish"],
-                "prompt_len": c["prompt_len"],
-                "output_len": c["output_len"],
-                "num_output_tokens": c["num_output_tokens"],
-                "state": [_STATE_NAMES[s] for s in c["state"].tolist()],
-                "reason": c["reason"],
-                "priority": c["priority"],
-                "cls": c["cls"],
-                "tenant": c["tenant"],
-                "num_preemptions": c["num_preemptions"],
-            }
-        )
-        if "sent" in c:  # the API server is modelled: when each client sent its request
-            df.insert(df.columns.get_loc("arrival"), "sent", c["sent"])
-        if "replica" in c:  # a cluster run: the replica that served it (None: rejected)
-            df["replica"] = c["replica"]
-        for k, v in request_latencies(c).items():
-            df[k] = v
-        return df
+        return request_table(c).to_pandas()
 
     @property
     def by_class(self) -> dict[str, dict[str, float]]:
