@@ -1,0 +1,82 @@
+"""vllm-v1's runs of all-decode steps in one event give exactly the per-step results.
+
+Every scenario runs both ways (``Engine.fast_paths``) and compares everything
+the run records (request columns, ITL samples, the step and memory series,
+busy time), and checks that the fast run did take runs (fewer SimPy events).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import orcasim
+from orcasim.engine import Engine
+from orcasim.simulation import build_model, generate_workload
+from tests.test_batch_runs import assert_identical, run_both
+
+ROOFLINE = {"type": "roofline", "model": "llama-2-7b", "gpu": "a100-80gb"}
+BASE = {"variants": None, "engine.latency": ROOFLINE, "workload.arrival.rate": 10.0}
+V1 = {"type": "vllm-v1", "max_num_seqs": 32}
+
+SCENARIOS = {
+    # the comparison trace's setting: no prefix cache, plenty of blocks
+    "no_cache": {"policy": {**V1, "enable_prefix_caching": False}},
+    # prefix caching: blocks filled by decode are hashed and cached during runs
+    "cache": {"policy": V1},
+    # a small pool and small blocks: runs stop before a crossing finds no block; preemptions
+    "tight": {"policy": {**V1, "num_blocks": 300, "block_size": 8},
+              "workload.arrival.rate": 20.0},
+    # a full batch with a queue: arrivals cannot join, every one still ends a run
+    "full": {"policy": {**V1, "max_num_seqs": 8}, "workload.arrival.rate": 30.0},
+    # contexts cut by max_model_len end runs too
+    "max_model_len": {"policy": {**V1, "max_model_len": 160, "enable_prefix_caching": False}},
+    "priority": {"policy": {**V1, "policy": "priority", "num_blocks": 400}},
+    # a linear model: the engine adds up step times from coefficients
+    "linear": {"policy": V1, "engine.latency": {"type": "linear", "base": 0.01,
+                                                 "per_seq": 0.0002,
+                                                 "per_prefill_token": 0.00005}},
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_runs_equal_steps(name):
+    slow, fast = run_both({**BASE, **SCENARIOS[name]}, n=400, variant=None)
+    assert_identical(slow, fast)
+    assert fast["events"] < slow["events"], "no run was taken"
+
+
+def test_async_and_traced_runs_stay_step_by_step():
+    slow, fast = run_both({**BASE, "policy": {**V1, "async_scheduling": True}}, n=200,
+                          variant=None)
+    assert_identical(slow, fast)
+
+
+def kv_end_states(overrides: dict, n: int) -> list[tuple]:
+    """The block pool's state at the end (free queue order, prefix cache, evictions, hash
+    count), per-step and with runs."""
+    sc = orcasim.load_scenario("seed_orca").override({"workload.num_requests": n, **overrides})
+    cfg = sc.variants[0]
+    arrays = generate_workload(cfg)
+    out = []
+    for flag in (False, True):
+        Engine.fast_paths = flag
+        try:
+            m = build_model(cfg, arrays)
+            m.env.run()
+        finally:
+            Engine.fast_paths = True
+        kv = m.engine.policy.kv
+        out.append(([b.block_id for b in kv.pool.free_queue],
+                    {h: list(blocks) for h, blocks in kv.pool.cached.items()},
+                    kv.pool.num_evictions, len(kv.hasher)))
+    return out
+
+
+@pytest.mark.parametrize("name", ["tight", "cache", "full"])
+def test_a_run_leaves_the_blocks_and_the_prefix_cache_as_steps_do(name):
+    # the block work of a run is replayed in order: new blocks at boundaries, and the
+    # hashes and cache entries of filled blocks (a request finishing in a run's last step
+    # frees blocks only registered during the run)
+    slow, fast = kv_end_states({**BASE, **SCENARIOS[name]}, 300)
+    assert slow[1]  # blocks were cached
+    assert slow == fast
