@@ -112,16 +112,32 @@ class Scheduling:
         scheduled: dict[int, list[Any]] = {}  # request id -> [req, n, start, kind, emits]
         preempted: list[Request] = []
 
+        tables, num_cached = kv.tables, kv.num_cached
+        bs = kv.block_size
+        caching = kv.enable_caching
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
-            seq = seqs[req.id]
+            rid = req.id
+            seq = seqs[rid]
             computed = req.num_computed_tokens
-            if seq.num_placeholders and (computed + 2 - seq.num_placeholders
-                                         >= seq.num_prompt + req.output_len):
+            placeholders = seq.num_placeholders
+            if placeholders and (computed + 2 - placeholders >= seq.num_prompt + req.output_len):
                 i += 1  # its last token is already in flight
                 continue
-            n = req.num_tokens + seq.num_placeholders - computed
+            known = seq.num_prompt + req.num_output_tokens  # req.num_tokens
+            n = known + placeholders - computed
+            if n == 1 and computed < max_len - 1 and len(tables[rid]) * bs > computed:
+                # the lazy decode path: its slot is in a block it holds, so allocate_slots
+                # would take no block; only a block of known tokens just filled is cached
+                if caching:
+                    m = computed + 1 if computed < known else known
+                    if m // bs > num_cached.get(rid, 0):
+                        kv.cache_blocks(req, m)
+                scheduled[rid] = [req, 1, computed, KIND_RUNNING, False]
+                budget -= 1
+                i += 1
+                continue
             if 0 < threshold < n:
                 n = threshold
             n = min(n, budget, max_len - computed - 1)
@@ -191,17 +207,23 @@ class Scheduling:
         # advance the computed tokens now, so the next step can be scheduled at once
         use_placeholders = p.async_scheduling
         entries = list(scheduled.values())
+        num_tokens = num_decode = 0
         for e in entries:
             req, n = e[0], e[1]
             seq = seqs[req.id]
-            req.num_computed_tokens += n
+            if n == 1 and e[2] >= seq.num_prompt:
+                num_decode += 1
+            c = req.num_computed_tokens + n
+            req.num_computed_tokens = c
             seq.num_in_flight += n
-            emits = req.num_computed_tokens >= req.num_tokens + seq.num_placeholders
-            e[4] = emits
-            if emits and use_placeholders:
-                seq.num_placeholders += 1
+            num_tokens += n
+            if c >= seq.num_prompt + req.num_output_tokens + seq.num_placeholders:
+                e[4] = True
+                if use_placeholders:
+                    seq.num_placeholders += 1
         self._finished_since_schedule = False
-        out = StepOutput(entries, preempted, self._arrivals)
+        out = StepOutput(entries, preempted, self._arrivals, num_tokens)
+        out.num_decode = num_decode
         self._arrivals = []
         return out
 
@@ -216,6 +238,7 @@ class Scheduling:
         finished: list[Request] = []
         left_running: set[int] = set()
         left_waiting: set[int] = set()
+        record_itl = ctx.recorder.record_itl
         for req, n, _, _, emits in out.entries:
             seq = seqs.get(req.id)
             if seq is None:  # finished by an earlier step's output
@@ -226,23 +249,25 @@ class Scheduling:
                 seq.num_stale -= n
             if not emits:
                 continue
-            had_placeholders = seq.num_placeholders > 0
-            if req.num_output_tokens == 0:
+            num_out = req.num_output_tokens
+            if num_out == 0:
                 req.first_token = t_end
             elif req.last_token == prev_end:
                 bulk += 1
             else:
-                ctx.recorder.record_itl(t_end - req.last_token)  # type: ignore[operator]
-            req.num_output_tokens += 1
+                record_itl(t_end - req.last_token)  # type: ignore[operator]
+            num_out += 1
+            req.num_output_tokens = num_out
             req.last_token = t_end
-            if req.num_tokens % block_size == 0:  # a block of known tokens just filled
+            known = seq.num_prompt + num_out  # req.num_tokens
+            if known % block_size == 0:  # a block of known tokens just filled
                 kv.update_hashes(req)
-            if not stale and had_placeholders:
+            if seq.num_placeholders and not stale:
                 seq.num_placeholders -= 1
                 if seq.status == RUNNING:
                     kv.cache_blocks(req, req.num_computed_tokens - seq.num_in_flight)
-            if req.num_tokens >= max_len or req.num_output_tokens >= req.output_len:
-                if req.num_output_tokens < req.output_len:
+            if known >= max_len or num_out >= req.output_len:
+                if num_out < req.output_len:
                     req.reason = "max_model_len"  # finished early: the context is full
                 (left_running if seq.status == RUNNING else left_waiting).add(req.id)
                 del seqs[req.id]
@@ -270,18 +295,12 @@ class Scheduling:
 
     # -- the engine loop (vLLM's EngineCore with a batch queue) ----------------------------
     def _plan(self, out: StepOutput) -> StepPlan:
-        seqs = self.seqs
-        kv_tokens = prefill = decode = 0
-        pairs = []
-        contexts = []
-        for req, n, start, _, _ in out.entries:
-            kv_tokens += start
-            contexts.append(start)
-            if n == 1 and start >= seqs[req.id].num_prompt:
-                decode += 1
-            else:
-                prefill += n
-            pairs.append((req, n))
-        plan = StepPlan(len(pairs), kv_tokens, prefill, decode, pairs, contexts)
+        """The step's plan: one token of a request past its prompt is a decode."""
+        entries = out.entries
+        pairs = [(e[0], e[1]) for e in entries]
+        contexts = [e[2] for e in entries]
+        decode = out.num_decode
+        plan = StepPlan(len(pairs), sum(contexts), out.num_tokens - decode, decode, pairs,
+                        contexts)
         out.plan = plan
         return plan
