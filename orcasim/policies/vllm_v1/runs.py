@@ -70,8 +70,7 @@ class VllmRuns:
         p = self.params
         running = self.running
         size = len(running)
-        if (p.async_scheduling or plan.num_seqs != size or plan.num_decode_tokens != size
-                or plan.num_prefill_tokens):
+        if p.async_scheduling or plan.num_seqs != size:
             return None
         if self.ctx.waiting and size < p.max_num_seqs:
             return None  # the head of the queue waits for blocks that only a finish frees
@@ -99,7 +98,7 @@ class VllmRuns:
                     hi = mid - 1
             left = lo + 1
         self._run_t0 = self.ctx.now
-        return size, plan.num_kv_tokens + size, left, True
+        return size, plan.num_kv_tokens + plan.num_tokens, left, True
 
     def complete_run(self, plan: StepPlan, ends: list[float]) -> None:
         """``plan``, then ``len(ends) - 1`` all-decode steps, as :meth:`complete_step` each.
@@ -145,7 +144,7 @@ class VllmRuns:
         events.sort()
         pool = self.pool
         series = pool is not None and pool.series is not None
-        kv_tokens = plan.num_kv_tokens + size  # read by follow-on step 1
+        kv_tokens = plan.num_kv_tokens + plan.num_tokens  # read by follow-on step 1
         i, num_events = 0, len(events)
         for j in range(1, k):
             while i < num_events and events[i][0] == j and events[i][1] == 0:
