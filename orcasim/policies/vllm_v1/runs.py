@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from orcasim.plan import StepPlan
-from orcasim.policies.vllm_v1.state import KIND_RUNNING, StepOutput
+from orcasim.policies.vllm_v1.state import StepOutput
 
 if TYPE_CHECKING:
     from orcasim.context import SchedulerContext
@@ -52,7 +52,9 @@ class VllmRuns:
     _current: StepOutput | None
     _update_at_end: bool
     _run_t0: float = 0.0
+    _finished_since_schedule: bool
     complete_step: Any  # VllmV1.complete_step
+    _retire: Any  # Scheduling._retire
 
     def decode_run(self, plan: StepPlan | None = None) -> tuple[int, int, int, bool] | None:
         """After ``plan``, how many all-decode steps follow unchanged: ``(size, kv, steps, True)``.
@@ -74,114 +76,114 @@ class VllmRuns:
             return None
         if self.ctx.waiting and size < p.max_num_seqs:
             return None  # the head of the queue waits for blocks that only a finish frees
-        max_len = p.max_model_len
+        if out.num_emits != size:
+            return None  # someone is still prefilling or recomputing
         bs = p.block_size
-        left = max_len
-        firsts = []
-        for e in out.entries:
-            if not e[4]:
-                return None  # recomputing after a preemption: no token this step
-            req = e[0]
-            n = min(req.output_len - req.num_output_tokens, max_len - req.num_tokens)
-            if n < left:
-                left = n
-            # follow-on step j computes token C + j - 1: a new block when it starts one
-            firsts.append(1 + (-req.num_computed_tokens) % bs)
+        computed = [r.num_computed_tokens for r in running]  # = known tokens: all sample
+        left = min(min([r.output_len - r.num_output_tokens for r in running]),
+                   p.max_model_len - max(computed))
         free = self.kv.pool.free_queue.num_free_blocks
-        if left > 1 and _count_crossings(firsts, left - 1, bs) > free:
-            lo, hi = 0, left - 1  # the last follow-on step whose blocks all fit
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if _count_crossings(firsts, mid, bs) <= free:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            left = lo + 1
+        if left > 1 and size * (1 + (left - 2) // bs) > free:  # the blocks may not last
+            # follow-on step j computes token C + j - 1: a new block when it starts one
+            firsts = [1 + (-c) % bs for c in computed]
+            if _count_crossings(firsts, left - 1, bs) > free:
+                lo, hi = 0, left - 1  # the last follow-on step whose blocks all fit
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if _count_crossings(firsts, mid, bs) <= free:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                left = lo + 1
         self._run_t0 = self.ctx.now
         return size, plan.num_kv_tokens + plan.num_tokens, left, True
 
     def complete_run(self, plan: StepPlan, ends: list[float]) -> None:
         """``plan``, then ``len(ends) - 1`` all-decode steps, as :meth:`complete_step` each.
 
-        The first and the last step go through the per-step update (tokens,
-        finishes, ITL samples); the steps between advance every request's
-        counters in bulk, and the block work of every follow-on step is
-        replayed in order: new blocks at boundaries, cache entries and hashes
-        of filled blocks, and the memory series' row of each step.
+        The first step goes through the per-step update (tokens, finishes,
+        ITL samples); the follow-on steps advance every request's counters in
+        bulk (their inter-token gaps are the recorder's, one per request and
+        step), and their work on blocks and requests is replayed in order:
+        per step, new blocks at boundaries and cache entries of filled blocks
+        (the schedule call), the memory series' row (the step), then hashes
+        of blocks filled by the step's token and, in the last step, finishes
+        (its output).
         """
-        ctx = self.ctx
-        t0 = self._run_t0
-        self.complete_step(plan, t0, ends[0])
+        self.complete_step(plan, self._run_t0, ends[0])
         k = len(ends)
         if k == 1:
             return
-        running = list(self.running)
+        last = k - 1  # the follow-on steps are 1..last; nobody finished before the last
+        running = self.running
         size = len(running)
         kv = self.kv
         bs = kv.block_size
         caching = kv.enable_caching
-        # (step, stage, position, phase): at a step's schedule (stage 0), a request takes a
-        # block (phase 0), then registers its filled blocks in the cache (phase 1); as the
-        # step's output lands (stage 1), it hashes the block its new token fills
+        max_len = self.params.max_model_len
+        t = ends[-1]
+        # (step, stage, position, phase, computed, outputs): at a step's schedule (stage 0) a
+        # request takes a block (phase 0), then registers its filled blocks in the cache (1);
+        # as the step's output lands (stage 1) it hashes the block its token fills (0) and,
+        # in the last step, finishes (1)
         events = []
         for pos, req in enumerate(running):
             c = req.num_computed_tokens  # step j computes token c + j - 1, knowing c + j
+            o = req.num_output_tokens  # and has o + j tokens after it
             j = 1 + (-c) % bs
-            while j < k:
-                events.append((j, 0, pos, 0))
+            while j <= last:
+                events.append((j, 0, pos, 0, c, o))
                 j += bs
             if caching:
-                events.append((1, 0, pos, 1))  # the first schedule call catches up, as step by step
-                j = bs - c % bs or bs  # known tokens c + j fill a block
-                while j < k:
+                events.append((1, 0, pos, 1, c, o))  # the first call catches up, as step by step
+                j = bs - c % bs or bs
+                while j <= last:
                     if j > 1:
-                        events.append((j, 0, pos, 1))
+                        events.append((j, 0, pos, 1, c, o))
                     j += bs
-                j = bs - (c + 1) % bs or bs  # the step's token fills one: c + j + 1 known
-                while j < k - 1:
-                    events.append((j, 1, pos, 0))
+                j = bs - (c + 1) % bs or bs
+                while j <= last:
+                    events.append((j, 1, pos, 0, c, o))
                     j += bs
+            if o + last >= req.output_len or c + 1 + last >= max_len:
+                events.append((last, 1, pos, 1, c, o))
+            req.num_computed_tokens = c + last
+            req.num_output_tokens = o + last
+            req.last_token = t
         events.sort()
         pool = self.pool
         series = pool is not None and pool.series is not None
         kv_tokens = plan.num_kv_tokens + plan.num_tokens  # read by follow-on step 1
+        finished = []
         i, num_events = 0, len(events)
         for j in range(1, k):
             while i < num_events and events[i][0] == j and events[i][1] == 0:
-                _, _, pos, phase = events[i]
+                _, _, pos, phase, c, _ = events[i]
                 req = running[pos]
                 if phase == 0:
                     if not kv.append_block(req):
                         raise AssertionError("a decode run ran out of blocks")
                 else:
-                    kv.cache_blocks(req, req.num_computed_tokens + j)
+                    kv.cache_blocks(req, c + j)
                 i += 1
-            if j == k - 1:
-                break
             if series:
                 pool.observe(ends[j - 1], ends[j], kv_tokens + size, False)  # type: ignore[union-attr]
             kv_tokens += size
-            while i < num_events and events[i][0] == j:  # the hashes, as the step's output lands
-                req = running[events[i][2]]
-                req.num_output_tokens += j
-                kv.update_hashes(req)
-                req.num_output_tokens -= j
+            while i < num_events and events[i][0] == j:
+                _, _, pos, phase, _, o = events[i]
+                req = running[pos]
+                if phase == 0:
+                    req.num_output_tokens = o + j
+                    kv.update_hashes(req)
+                    req.num_output_tokens = o + last
+                else:
+                    self._retire(req)
+                    finished.append(req)
                 i += 1
-        # the steps between in bulk, then the last one as a step of its own
-        more = k - 2
-        t = ends[-2]
-        entries = []
-        seqs = self.seqs
-        for req in running:
-            c = req.num_computed_tokens + more
-            req.num_computed_tokens = c + 1
-            req.num_output_tokens += more
-            req.last_token = t
-            seqs[req.id].num_in_flight += 1
-            entries.append([req, 1, c, KIND_RUNNING, True])
-        last = StepOutput(entries, [], [])
-        last.plan = StepPlan(size, kv_tokens, 0, size)
-        self._current = last
-        self._update_at_end = True
-        ctx.last_step_end = t
-        self.complete_step(last.plan, t, ends[-1])
+        if finished:
+            gone = {r.id for r in finished}
+            self.running = [r for r in running if r.id not in gone]
+            self._finished_since_schedule = True
+            finish = self.ctx.finish
+            for req in finished:
+                finish(req, t)

@@ -207,7 +207,7 @@ class Scheduling:
         # advance the computed tokens now, so the next step can be scheduled at once
         use_placeholders = p.async_scheduling
         entries = list(scheduled.values())
-        num_tokens = num_decode = 0
+        num_tokens = num_decode = num_emits = 0
         for e in entries:
             req, n = e[0], e[1]
             seq = seqs[req.id]
@@ -219,11 +219,13 @@ class Scheduling:
             num_tokens += n
             if c >= seq.num_prompt + req.num_output_tokens + seq.num_placeholders:
                 e[4] = True
+                num_emits += 1
                 if use_placeholders:
                     seq.num_placeholders += 1
         self._finished_since_schedule = False
         out = StepOutput(entries, preempted, self._arrivals, num_tokens)
         out.num_decode = num_decode
+        out.num_emits = num_emits
         self._arrivals = []
         return out
 
@@ -267,15 +269,9 @@ class Scheduling:
                 if seq.status == RUNNING:
                     kv.cache_blocks(req, req.num_computed_tokens - seq.num_in_flight)
             if known >= max_len or num_out >= req.output_len:
-                if num_out < req.output_len:
-                    req.reason = "max_model_len"  # finished early: the context is full
                 (left_running if seq.status == RUNNING else left_waiting).add(req.id)
-                del seqs[req.id]
-                kv.free(req)
-                kv.forget(req)
+                self._retire(req)
                 finished.append(req)
-                if self.pool is not None:
-                    self.pool.released()
         if plan is not None:
             plan.num_itl_tokens = bulk
         elif bulk:
@@ -292,6 +288,18 @@ class Scheduling:
                 ctx.finish(req, t_end)
         if self.observer is not None:
             self.observer.updated(self, out, finished)
+
+    def _retire(self, req: Request) -> None:
+        """``req`` sampled its last token: its counters, blocks and hashes go (the caller
+        takes it out of its list and records it)."""
+        if req.num_output_tokens < req.output_len:
+            req.reason = "max_model_len"  # finished early: the context is full
+        del self.seqs[req.id]
+        kv = self.kv
+        kv.free(req)
+        kv.forget(req)
+        if self.pool is not None:
+            self.pool.released()
 
     # -- the engine loop (vLLM's EngineCore with a batch queue) ----------------------------
     def _plan(self, out: StepOutput) -> StepPlan:

@@ -42,8 +42,8 @@ class Seq:
 class StepOutput:
     """One schedule() call: its entries ``[request, n, start, kind, emits]`` and its effects."""
 
-    __slots__ = ("arrivals", "entries", "num_decode", "num_tokens", "plan", "preempted",
-                 "prev_end", "t_end")
+    __slots__ = ("arrivals", "entries", "num_decode", "num_emits", "num_tokens", "plan",
+                 "preempted", "prev_end", "t_end")
 
     def __init__(self, entries: list[list[Any]], preempted: list[Request],
                  arrivals: list[Request], num_tokens: int | None = None) -> None:
@@ -52,6 +52,7 @@ class StepOutput:
         self.arrivals = arrivals
         self.num_tokens = sum(e[1] for e in entries) if num_tokens is None else num_tokens
         self.num_decode = 0  # entries computing one token past the prompt (set by schedule)
+        self.num_emits = 0  # entries that sample a token (set by schedule)
         self.plan: StepPlan | None = None
         self.t_end = 0.0
         self.prev_end = 0.0
