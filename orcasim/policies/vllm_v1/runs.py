@@ -101,22 +101,36 @@ class VllmRuns:
     def complete_run(self, plan: StepPlan, ends: list[float]) -> None:
         """``plan``, then ``len(ends) - 1`` all-decode steps, as :meth:`complete_step` each.
 
-        The first step goes through the per-step update (tokens, finishes,
-        ITL samples); the follow-on steps advance every request's counters in
-        bulk (their inter-token gaps are the recorder's, one per request and
-        step), and their work on blocks and requests is replayed in order:
-        per step, new blocks at boundaries and cache entries of filled blocks
-        (the schedule call), the memory series' row (the step), then hashes
-        of blocks filled by the step's token and, in the last step, finishes
-        (its output).
+        The first step's output is applied as the per-step update would (every
+        request samples, nobody finishes); the follow-on steps advance every
+        request's counters in bulk (their inter-token gaps are the recorder's,
+        one per request and step), and their work on blocks and requests is
+        replayed in order: per step, new blocks at boundaries and cache
+        entries of filled blocks (the schedule call), the memory series' row
+        (the step), then hashes of blocks filled by the step's token and, in
+        the last step, finishes (its output).
         """
-        self.complete_step(plan, self._run_t0, ends[0])
         k = len(ends)
         if k == 1:
+            self.complete_step(plan, self._run_t0, ends[0])
             return
-        last = k - 1  # the follow-on steps are 1..last; nobody finished before the last
-        running = self.running
+        # the first step as complete_step does it: its memory row, then its output (every
+        # request samples, nobody finishes), folded into the pass that builds the events
+        ctx = self.ctx
+        out = self._current
+        assert out is not None and out.plan is plan and self._update_at_end
+        self._update_at_end = False
+        t1, prev_end = ends[0], ctx.last_step_end
+        out.t_end, out.prev_end = t1, prev_end
+        pool = self.pool
+        if pool is not None:
+            pool.observe(self._run_t0, t1, plan.num_kv_tokens + plan.num_tokens, False)
+        record_itl = ctx.recorder.record_itl
+        bulk = 0
+        last = k - 1  # the follow-on steps are 1..last; nobody finishes before the last
+        running = self.running  # the scheduled requests, in the same order
         size = len(running)
+        seqs = self.seqs
         kv = self.kv
         bs = kv.block_size
         caching = kv.enable_caching
@@ -127,9 +141,22 @@ class VllmRuns:
         # as the step's output lands (stage 1) it hashes the block its token fills (0) and,
         # in the last step, finishes (1)
         events = []
-        for pos, req in enumerate(running):
-            c = req.num_computed_tokens  # step j computes token c + j - 1, knowing c + j
-            o = req.num_output_tokens  # and has o + j tokens after it
+        for pos, e in enumerate(out.entries):
+            req = e[0]
+            seqs[req.id].num_in_flight -= e[1]
+            o = req.num_output_tokens
+            if o == 0:
+                req.first_token = t1
+            elif req.last_token == prev_end:
+                bulk += 1
+            else:
+                record_itl(t1 - req.last_token)
+            o += 1
+            req.num_output_tokens = o
+            c = req.num_computed_tokens  # = known tokens before the step's token
+            if (c + 1) % bs == 0:  # its token fills a block
+                kv.update_hashes(req)
+            # follow-on step j computes token c + j - 1, knowing c + j; o + j tokens after it
             j = 1 + (-c) % bs
             while j <= last:
                 events.append((j, 0, pos, 0, c, o))
@@ -150,8 +177,8 @@ class VllmRuns:
             req.num_computed_tokens = c + last
             req.num_output_tokens = o + last
             req.last_token = t
+        plan.num_itl_tokens = bulk
         events.sort()
-        pool = self.pool
         series = pool is not None and pool.series is not None
         kv_tokens = plan.num_kv_tokens + plan.num_tokens  # read by follow-on step 1
         finished = []
@@ -184,6 +211,6 @@ class VllmRuns:
             gone = {r.id for r in finished}
             self.running = [r for r in running if r.id not in gone]
             self._finished_since_schedule = True
-            finish = self.ctx.finish
+            finish = ctx.finish
             for req in finished:
                 finish(req, t)
