@@ -7,12 +7,13 @@ busy time), and checks that the fast run did take runs (fewer SimPy events).
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import orcasim
 from orcasim.engine import Engine
 from orcasim.simulation import build_model, generate_workload
-from tests.test_batch_runs import assert_identical, run_both
+from tests.test_batch_runs import assert_identical
 
 ROOFLINE = {"type": "roofline", "model": "llama-2-7b", "gpu": "a100-80gb"}
 BASE = {"variants": None, "engine.latency": ROOFLINE, "workload.arrival.rate": 10.0}
@@ -38,22 +39,10 @@ SCENARIOS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_runs_equal_steps(name):
-    slow, fast = run_both({**BASE, **SCENARIOS[name]}, n=400, variant=None)
-    assert_identical(slow, fast)
-    assert fast["events"] < slow["events"], "no run was taken"
-
-
-def test_async_and_traced_runs_stay_step_by_step():
-    slow, fast = run_both({**BASE, "policy": {**V1, "async_scheduling": True}}, n=200,
-                          variant=None)
-    assert_identical(slow, fast)
-
-
-def kv_end_states(overrides: dict, n: int) -> list[tuple]:
-    """The block pool's state at the end (free queue order, prefix cache, evictions, hash
-    count), per-step and with runs."""
+def run_pair(overrides: dict, n: int) -> list[dict]:
+    """The seed scenario with ``overrides`` per-step and with runs: what the recorder keeps
+    (as tests/test_batch_runs.py compares it), the memory series and summary, and the block
+    pool at the end (free queue order, prefix cache, evictions, hash count)."""
     sc = orcasim.load_scenario("seed_orca").override({"workload.num_requests": n, **overrides})
     cfg = sc.variants[0]
     arrays = generate_workload(cfg)
@@ -65,18 +54,38 @@ def kv_end_states(overrides: dict, n: int) -> list[tuple]:
             m.env.run()
         finally:
             Engine.fast_paths = True
-        kv = m.engine.policy.kv
-        out.append(([b.block_id for b in kv.pool.free_queue],
-                    {h: list(blocks) for h, blocks in kv.pool.cached.items()},
-                    kv.pool.num_evictions, len(kv.hasher)))
+        rec, policy = m.recorder, m.engine.policy
+        kv = policy.kv
+        out.append({
+            "columns": rec.request_columns(), "itl": rec.itl_samples(),
+            "itl_times": rec.itl_times(), "series": rec.series_rows(),
+            "num_steps": rec.num_steps, "sum_batch": rec.sum_batch,
+            "busy": m.engine.busy_time, "now": m.env.now, "events": next(m.env._eid),
+            "kv_series": rec.kv.rows(), "kv_summary": policy.pool.summary(),
+            "blocks": ([b.block_id for b in kv.pool.free_queue],
+                       {h: list(blocks) for h, blocks in kv.pool.cached.items()},
+                       kv.pool.num_evictions, len(kv.hasher)),
+        })
     return out
 
 
-@pytest.mark.parametrize("name", ["tight", "cache", "full"])
-def test_a_run_leaves_the_blocks_and_the_prefix_cache_as_steps_do(name):
-    # the block work of a run is replayed in order: new blocks at boundaries, and the
-    # hashes and cache entries of filled blocks (a request finishing in a run's last step
-    # frees blocks only registered during the run)
-    slow, fast = kv_end_states({**BASE, **SCENARIOS[name]}, 300)
-    assert slow[1]  # blocks were cached
-    assert slow == fast
+def assert_same(slow: dict, fast: dict) -> None:
+    assert_identical(slow, fast)
+    for name, col in slow["kv_series"].items():
+        np.testing.assert_array_equal(col, fast["kv_series"][name], err_msg=name)
+    assert slow["kv_summary"] == fast["kv_summary"]
+    assert slow["blocks"] == fast["blocks"]
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_runs_equal_steps(name):
+    slow, fast = run_pair({**BASE, **SCENARIOS[name]}, 400)
+    assert_same(slow, fast)
+    assert fast["events"] < slow["events"], "no run was taken"
+    if SCENARIOS[name]["policy"].get("enable_prefix_caching", True):
+        assert slow["blocks"][1]  # blocks were cached
+
+
+def test_async_runs_stay_step_by_step():
+    slow, fast = run_pair({**BASE, "policy": {**V1, "async_scheduling": True}}, 200)
+    assert_same(slow, fast)

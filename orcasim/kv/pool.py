@@ -298,6 +298,21 @@ class KVPool:
         series.add(t_start, t_end, num_tokens, alloc, a.internal_slots, a.padding_slots,
                    self.num_swap_blocks_used * self.block_size, blocked)
 
+    def observe_steps(self, ends: list[float], lo: int, hi: int, num_tokens: int,
+                      step: int) -> None:
+        """:meth:`observe` for steps ``lo..hi-1`` of a run (step ``i`` from ``ends[i - 1]`` to
+        ``ends[i]``) in which memory does not change: ``num_tokens`` KV tokens in the first,
+        ``step`` more in each after, nobody blocked."""
+        series = self.series
+        if series is None or hi <= lo:
+            return
+        a = self.alloc
+        alloc = a.allocated_slots
+        if alloc > self.peak_allocated:
+            self.peak_allocated = alloc
+        series.add_steps(ends, lo, hi, num_tokens, step, alloc, a.internal_slots,
+                         a.padding_slots, self.num_swap_blocks_used * self.block_size)
+
     def summary(self) -> dict[str, Any]:
         """Memory metrics for the run summary (see docs/memory.md)."""
         cap = self.capacity

@@ -179,26 +179,28 @@ class VllmRuns:
             req.last_token = t
         plan.num_itl_tokens = bulk
         events.sort()
-        series = pool is not None and pool.series is not None
-        kv_tokens = plan.num_kv_tokens + plan.num_tokens  # read by follow-on step 1
+        # memory changes only with a step's blocks (stage 0) and the last step's finishes, so
+        # the rows of the steps between are written together: step j (from ends[j - 1] to
+        # ends[j]) reads base + size * (j - 1) KV tokens and computes size more
+        observe = pool.observe_steps if pool is not None and pool.series is not None else None
+        base = plan.num_kv_tokens + plan.num_tokens
+        seen = 1  # the first follow-on step whose row is not written yet
         finished = []
-        i, num_events = 0, len(events)
-        for j in range(1, k):
-            while i < num_events and events[i][0] == j and events[i][1] == 0:
-                _, _, pos, phase, c, _ = events[i]
-                req = running[pos]
+        for j, stage, pos, phase, c, o in events:
+            req = running[pos]
+            if stage == 0:  # the step's schedule call: rows before it saw the memory as it is
+                if observe is not None and seen < j:
+                    observe(ends, seen, j, base + size * seen, size)
+                seen = j
                 if phase == 0:
                     if not kv.append_block(req):
                         raise AssertionError("a decode run ran out of blocks")
                 else:
                     kv.cache_blocks(req, c + j)
-                i += 1
-            if series:
-                pool.observe(ends[j - 1], ends[j], kv_tokens + size, False)  # type: ignore[union-attr]
-            kv_tokens += size
-            while i < num_events and events[i][0] == j:
-                _, _, pos, phase, _, o = events[i]
-                req = running[pos]
+            else:  # the step's output, after its row
+                if observe is not None and seen <= j:
+                    observe(ends, seen, j + 1, base + size * seen, size)
+                seen = j + 1
                 if phase == 0:
                     req.num_output_tokens = o + j
                     kv.update_hashes(req)
@@ -206,7 +208,8 @@ class VllmRuns:
                 else:
                     self._retire(req)
                     finished.append(req)
-                i += 1
+        if observe is not None and seen <= last:
+            observe(ends, seen, last + 1, base + size * seen, size)
         if finished:
             gone = {r.id for r in finished}
             self.running = [r for r in running if r.id not in gone]
