@@ -13,7 +13,7 @@ import pytest
 import orcasim
 from orcasim.engine import Engine
 from orcasim.simulation import build_model, generate_workload
-from tests.test_batch_runs import assert_identical
+from tests.test_batch_runs import TOKEN_POLICIES, assert_identical, run_both
 
 ROOFLINE = {"type": "roofline", "model": "llama-2-7b", "gpu": "a100-80gb"}
 BASE = {"variants": None, "engine.latency": ROOFLINE, "workload.arrival.rate": 10.0}
@@ -89,3 +89,16 @@ def test_runs_equal_steps(name):
 def test_async_runs_stay_step_by_step():
     slow, fast = run_pair({**BASE, "policy": {**V1, "async_scheduling": True}}, 200)
     assert_same(slow, fast)
+
+
+@pytest.mark.parametrize("name", ["fcfs", "sarathi", "priority-preempt", "srpt"])
+def test_token_policies_run_under_roofline_as_steps_do(name):
+    # roofline times a listed all-decode step as its aggregates, so these runs are exact too
+    policy = {**TOKEN_POLICIES[name], "max_batch": 16}
+    over = {**BASE, "policy": policy}
+    if name == "priority-preempt":
+        over["workload.classes"] = [{"name": "interactive", "weight": 1, "priority": 0},
+                                    {"name": "batch", "weight": 2, "priority": 1}]
+    slow, fast = run_both(over, n=400, variant=None)
+    assert_identical(slow, fast)
+    assert fast["events"] < slow["events"]

@@ -24,6 +24,11 @@ batch queue: a step is scheduled before the previous step's tokens are known
 their blocks one step later, and a request preempted while a step of it is in
 flight still receives that step's token and is not re-admitted before.
 
+Runs of steps in which every running request decodes one token are
+advanced by the engine in one event (:mod:`orcasim.policies.vllm_v1.runs`);
+a running request decoding inside a block it holds does not call the cache
+manager (the lazy decode path of :mod:`orcasim.policies.vllm_v1.schedule`).
+
 Per-request block tables live in :class:`~orcasim.kv.cache_manager.KVCacheManager`.
 Request ``prefix_id``/``prefix_len`` (and ``hash_ids``) describe shared prompt
 content for the prefix cache; generated tokens are shared content, as with the

@@ -1,9 +1,10 @@
 """Runs of all-decode steps of the vllm-v1 policy, advanced by the engine in one event.
 
-After a step in which every running request decoded one token (synchronous
-scheduling, no trace observer), the following schedule() calls would do the
-same again as long as nobody finishes, nobody can be admitted (the batch is
-at ``max_num_seqs`` or nobody waits; any arrival ends the run) and every
+After a step in which every running request samples a token (synchronous
+scheduling, no trace observer; the step may complete prefills), every
+following schedule() call gives each running request one decode token, as
+long as nobody finishes, nobody can be admitted (the batch is at
+``max_num_seqs`` or nobody waits; any arrival ends the run) and every
 request that crosses a block boundary finds a free block (no preemption).
 :meth:`VllmRuns.decode_run` says how many such steps follow;
 :meth:`VllmRuns.complete_run` applies them at the run's end with only the

@@ -115,6 +115,13 @@ class Scheduling:
         tables, num_cached = kv.tables, kv.num_cached
         bs = kv.block_size
         caching = kv.enable_caching
+        use_placeholders = p.async_scheduling
+        # FCFS never takes a scheduled request back (its victims come from the end of the
+        # list, after the request being scheduled), so a lazy decode is advanced at once;
+        # everything else is advanced by the pass at the end, over ``pending``
+        inline = not self.priority
+        pending: list[list[Any]] = []
+        num_tokens = num_decode = num_emits = 0
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
@@ -134,9 +141,20 @@ class Scheduling:
                     m = computed + 1 if computed < known else known
                     if m // bs > num_cached.get(rid, 0):
                         kv.cache_blocks(req, m)
-                scheduled[rid] = [req, 1, computed, KIND_RUNNING, False]
                 budget -= 1
                 i += 1
+                if inline:  # it computes its last known token: it samples
+                    scheduled[rid] = [req, 1, computed, KIND_RUNNING, True]
+                    req.num_computed_tokens = computed + 1
+                    seq.num_in_flight += 1
+                    num_tokens += 1
+                    num_emits += 1
+                    if computed >= seq.num_prompt:
+                        num_decode += 1
+                    if use_placeholders:
+                        seq.num_placeholders += 1
+                else:
+                    scheduled[rid] = [req, 1, computed, KIND_RUNNING, False]
                 continue
             if 0 < threshold < n:
                 n = threshold
@@ -166,7 +184,8 @@ class Scheduling:
                 if self.priority:
                     continue  # it left the list; the requests after it may still fit
                 break
-            scheduled[req.id] = [req, n, computed, KIND_RUNNING, False]
+            scheduled[req.id] = e = [req, n, computed, KIND_RUNNING, False]
+            pending.append(e)
             budget -= n
             i += 1
 
@@ -196,7 +215,8 @@ class Scheduling:
                 if kind == KIND_NEW:
                     self.num_prompt_tokens_admitted += req.prompt_len
                     self.num_prefix_hit_tokens += min(num_hit, req.prompt_len)
-                scheduled[req.id] = [req, n, num_hit, kind, False]
+                scheduled[req.id] = e = [req, n, num_hit, kind, False]
+                pending.append(e)
                 budget -= n
                 seq.status = RUNNING
                 req.num_computed_tokens = num_hit
@@ -205,10 +225,8 @@ class Scheduling:
                 self._enqueue_front(req)
 
         # advance the computed tokens now, so the next step can be scheduled at once
-        use_placeholders = p.async_scheduling
         entries = list(scheduled.values())
-        num_tokens = num_decode = num_emits = 0
-        for e in entries:
+        for e in pending if inline else entries:
             req, n = e[0], e[1]
             seq = seqs[req.id]
             if n == 1 and e[2] >= seq.num_prompt:
