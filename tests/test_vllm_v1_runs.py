@@ -12,6 +12,7 @@ import pytest
 
 import orcasim
 from orcasim.engine import Engine
+from orcasim.request import RequestState
 from orcasim.simulation import build_model, generate_workload
 from tests.test_batch_runs import TOKEN_POLICIES, assert_identical, run_both
 
@@ -102,3 +103,17 @@ def test_token_policies_run_under_roofline_as_steps_do(name):
     slow, fast = run_both(over, n=400, variant=None)
     assert_identical(slow, fast)
     assert fast["events"] < slow["events"]
+
+
+def test_a_stop_inside_a_run_keeps_the_steps_that_ended():
+    over = {**BASE, "policy": V1}
+    slow, fast = run_both(over, n=300, variant=None, stop_at=7.0011)
+    assert_identical(slow, fast)
+    states = slow["columns"]["state"]
+    assert (states == RequestState.ABORTED).any() and (states == RequestState.FINISHED).any()
+
+
+def test_empty_steps_without_a_trace_are_steps_and_runs_still_equal():
+    slow, fast = run_pair({**BASE, "policy": {**V1, "empty_steps": True},
+                           "workload.arrival.rate": 1.0}, 60)
+    assert_same(slow, fast)

@@ -73,7 +73,7 @@ class VllmRuns:
         p = self.params
         running = self.running
         size = len(running)
-        if p.async_scheduling or plan.num_seqs != size:
+        if p.async_scheduling or not size or plan.num_seqs != size:
             return None
         if self.ctx.waiting and size < p.max_num_seqs:
             return None  # the head of the queue waits for blocks that only a finish frees
