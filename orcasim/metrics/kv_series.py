@@ -37,14 +37,10 @@ class KVSeries(BinnedSeries):
         if len(buf) >= _BUFFER:
             self.flush()
 
-    def add_steps(self, ends: list[float], lo: int, hi: int, tokens: int, step: int,
-                  allocated: int, internal: int, padding: int, swapped: int) -> None:
-        """Steps ``lo..hi-1`` of a run (step ``i`` from ``ends[i - 1]`` to ``ends[i]``) with the
-        same memory state, ``tokens`` in the first and ``step`` more in each after: the rows
-        :meth:`add` would get one by one (never blocked)."""
+    def add_rows(self, rows: list[tuple[float, ...]]) -> None:
+        """Several raw rows at once, as :meth:`add` takes them, oldest first."""
         buf = self.buf
-        buf.extend([(ends[i - 1], ends[i], tokens + (i - lo) * step, allocated, internal,
-                     padding, swapped, False) for i in range(lo, hi)])
+        buf.extend(rows)
         if len(buf) >= _BUFFER:
             self.flush()
 

@@ -181,36 +181,47 @@ class VllmRuns:
         plan.num_itl_tokens = bulk
         events.sort()
         # memory changes only with a step's blocks (stage 0) and the last step's finishes, so
-        # the rows of the steps between are written together: step j (from ends[j - 1] to
-        # ends[j]) reads base + size * (j - 1) KV tokens and computes size more
-        observe = pool.observe_steps if pool is not None and pool.series is not None else None
+        # the rows of the steps between share one state: step j (from ends[j - 1] to ends[j])
+        # reads base + size * (j - 1) KV tokens and computes size more; each block taken adds
+        # block_size allocated slots. The rows are written before the finishes free blocks.
+        rows: list[tuple[int, int, int, int]] | None = None
+        alloc = 0
+        if pool is not None and pool.series is not None:
+            rows = []
+            alloc = pool.alloc.allocated_slots
         base = plan.num_kv_tokens + plan.num_tokens
         seen = 1  # the first follow-on step whose row is not written yet
         finished = []
         for j, stage, pos, phase, c, o in events:
             req = running[pos]
             if stage == 0:  # the step's schedule call: rows before it saw the memory as it is
-                if observe is not None and seen < j:
-                    observe(ends, seen, j, base + size * seen, size)
+                if rows is not None and seen < j:
+                    rows.append((seen, j, base + size * seen, alloc))
                 seen = j
                 if phase == 0:
                     if not kv.append_block(req):
                         raise AssertionError("a decode run ran out of blocks")
+                    alloc += bs
                 else:
                     kv.cache_blocks(req, c + j)
             else:  # the step's output, after its row
-                if observe is not None and seen <= j:
-                    observe(ends, seen, j + 1, base + size * seen, size)
+                if rows is not None and seen <= j:
+                    rows.append((seen, j + 1, base + size * seen, alloc))
                 seen = j + 1
                 if phase == 0:
                     req.num_output_tokens = o + j
                     kv.update_hashes(req)
                     req.num_output_tokens = o + last
                 else:
+                    if rows is not None:  # before the first finish frees blocks
+                        pool.observe_steps(ends, rows, size)  # type: ignore[union-attr]
+                        rows = None
                     self._retire(req)
                     finished.append(req)
-        if observe is not None and seen <= last:
-            observe(ends, seen, last + 1, base + size * seen, size)
+        if rows is not None:
+            if seen <= last:
+                rows.append((seen, last + 1, base + size * seen, alloc))
+            pool.observe_steps(ends, rows, size)  # type: ignore[union-attr]
         if finished:
             gone = {r.id for r in finished}
             self.running = [r for r in running if r.id not in gone]
