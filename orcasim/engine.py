@@ -265,6 +265,7 @@ class Engine:
                         and ctx.clients is None and type(ctx.source) is OpenLoopSource):
                     run = runs(plan)  # the conditions of _runs_allowed, inline: once per step
                     if (run is not None and plan.scheduled is not None
+                            and not self.latency.decode_by_aggregates
                             and self.latency.decode_coefficients(run[0]) is None):
                         run = None  # the model may read the listed requests: step by step
                 if run is not None:  # the batch runs unchanged for len(ends) steps

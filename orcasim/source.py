@@ -102,6 +102,19 @@ class Backlog:
         self._materialize()
         self._head.append(req)
 
+    def extend(self, reqs: Iterable[Request]) -> None:
+        self._materialize()
+        self._head.extend(reqs)
+
+    def insert(self, i: int, req: Request) -> None:
+        self._materialize()
+        self._head.insert(i, req)
+
+    def pop(self) -> Request:
+        """Remove and return the last request (the latest arrival, made into a request)."""
+        self._materialize()
+        return self._head.pop()
+
     def remove(self, req: Request) -> None:
         self._materialize()
         self._head.remove(req)

@@ -176,9 +176,9 @@ def test_golden_workloads_finish_in_simulated_time(path):
 
 
 def test_a_stuck_run_is_an_error_not_a_hang(monkeypatch):
-    from orcasim.policies import vllm_v1
+    from orcasim.policies.vllm_v1 import schedule
 
-    monkeypatch.setattr(vllm_v1, "misfit", lambda *a: None)  # let a too-large one in
+    monkeypatch.setattr(schedule, "misfit", lambda *a: None)  # let a too-large one in
     with pytest.raises(orcasim.SimulationError) as err:
         run([{"name": "big", "prompt_len": 100, "output_len": 30}], block_size=16, num_blocks=8)
     # prefill 100 tokens (51 s), decode until its 7 blocks are full (12 s), preempt itself,

@@ -72,7 +72,20 @@ class FreeBlockQueue:
 
     def popleft_n(self, n: int) -> list[Block]:
         """Remove and return the first ``n`` blocks (the caller checks there are enough)."""
-        return [self.popleft() for _ in range(n)]
+        if n > self.num_free_blocks:
+            raise IndexError("no free blocks")
+        head = self._head
+        out = []
+        b = head.next_free
+        for _ in range(n):
+            out.append(b)
+            nxt = b.next_free  # type: ignore[union-attr]
+            b.prev_free = b.next_free = None  # type: ignore[union-attr]
+            b = nxt
+        head.next_free = b
+        b.prev_free = head  # type: ignore[union-attr]
+        self.num_free_blocks -= n
+        return out  # type: ignore[return-value]
 
     def remove(self, block: Block) -> None:
         """Remove ``block`` from the middle of the queue in O(1)."""

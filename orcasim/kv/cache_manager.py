@@ -215,6 +215,15 @@ class KVCacheManager:
             self.cache_blocks(req, min(computed + num_new_tokens, req.num_tokens))
         return new
 
+    def append_block(self, req: Any) -> bool:
+        """One more block at the end of a running request's table (a decode crossing a block
+        boundary); False, changing nothing, when no block is free."""
+        new = self.pool.get_new_blocks(1)
+        if new is None:
+            return False
+        self.tables[req.id].extend(new)
+        return True
+
     def cache_blocks(self, req: Any, num_tokens: int) -> None:
         """Register the full, hashed blocks among the first ``num_tokens`` tokens in the cache."""
         rid = req.id

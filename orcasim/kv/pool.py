@@ -298,6 +298,28 @@ class KVPool:
         series.add(t_start, t_end, num_tokens, alloc, a.internal_slots, a.padding_slots,
                    self.num_swap_blocks_used * self.block_size, blocked)
 
+    def observe_steps(self, ends: list[float], rows: list[tuple[int, int, int, int]],
+                      step: int) -> None:
+        """:meth:`observe` for the steps of a run, nobody blocked: each row ``(lo, hi,
+        num_tokens, allocated)`` stands for steps ``lo..hi-1`` (step ``i`` from ``ends[i - 1]``
+        to ``ends[i]``) with ``allocated`` slots allocated, ``num_tokens`` KV tokens in step
+        ``lo`` and ``step`` more in each after."""
+        series = self.series
+        if series is None or not rows:
+            return
+        a = self.alloc
+        internal, padding = a.internal_slots, a.padding_slots
+        swapped = self.num_swap_blocks_used * self.block_size
+        out: list[tuple[float, ...]] = []
+        peak = self.peak_allocated
+        for lo, hi, tokens, alloc in rows:
+            if alloc > peak:
+                peak = alloc
+            out.extend([(ends[i - 1], ends[i], tokens + (i - lo) * step, alloc, internal, padding,
+                         swapped, False) for i in range(lo, hi)])
+        self.peak_allocated = peak
+        series.add_rows(out)
+
     def summary(self) -> dict[str, Any]:
         """Memory metrics for the run summary (see docs/memory.md)."""
         cap = self.capacity

@@ -31,6 +31,9 @@ class LatencyModel:
 
     type_name: ClassVar[str] = ""
     Params: ClassVar[type[ComponentParams]] = ComponentParams
+    #: an all-decode plan that lists its requests takes exactly as long as the plan of its
+    #: aggregates (sequences, KV tokens): the engine may then run such steps as a run
+    decode_by_aggregates: ClassVar[bool] = False
 
     def __init__(self, params: ComponentParams) -> None:
         self.params = params

@@ -145,6 +145,7 @@ class RooflineLatency(LatencyModel):
     """``max(compute, memory) + all-reduce + overhead`` from model and GPU presets."""
 
     Params = RooflineParams
+    decode_by_aggregates = True  # one-token requests: n * c + 1 pairs each, kv + B in all
 
     def __init__(self, params: RooflineParams) -> None:
         super().__init__(params)

@@ -37,6 +37,13 @@ class KVSeries(BinnedSeries):
         if len(buf) >= _BUFFER:
             self.flush()
 
+    def add_rows(self, rows: list[tuple[float, ...]]) -> None:
+        """Several raw rows at once, as :meth:`add` takes them, oldest first."""
+        buf = self.buf
+        buf.extend(rows)
+        if len(buf) >= _BUFFER:
+            self.flush()
+
     def flush(self) -> None:
         """Turn the raw rows into binned columns (free and stranded computed here)."""
         if not self.buf:

@@ -1,0 +1,93 @@
+"""The vllm-v1 policy's per-request counters, step records and fit check (no SimPy)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from orcasim.kv.block_table import cdiv
+from orcasim.plan import StepPlan
+from orcasim.request import Request
+
+if TYPE_CHECKING:
+    from orcasim.policies.vllm_v1 import VllmV1
+
+WAITING, RUNNING, PREEMPTED = 0, 1, 2
+#: blocks of vLLM's pool at most (each is an object with its own table entry)
+MAX_MANAGED_BLOCKS = 10_000_000
+#: schedule() calls in a row that schedule nothing before a simulated-time run is declared stuck
+MAX_EMPTY_SCHEDULES = 1000
+#: kinds of a scheduled entry
+KIND_RUNNING, KIND_NEW, KIND_RESUMED = 0, 1, 2
+KIND_NAMES = ("running", "new", "resumed")
+
+
+class Seq:
+    """The scheduler's counters for one request, beside :class:`Request`'s own.
+
+    ``num_placeholders``: sampled tokens still in flight (async scheduling);
+    ``num_in_flight``: tokens scheduled in steps whose output is not processed;
+    ``num_stale``: in-flight tokens of a step scheduled before a preemption.
+    """
+
+    __slots__ = ("num_in_flight", "num_placeholders", "num_prompt", "num_stale", "status")
+
+    def __init__(self, req: Request) -> None:
+        self.status = WAITING
+        self.num_prompt = max(req.prompt_len, 1)
+        self.num_placeholders = 0
+        self.num_in_flight = 0
+        self.num_stale = 0
+
+
+class StepOutput:
+    """One schedule() call: its entries ``[request, n, start, kind, emits]`` and its effects."""
+
+    __slots__ = ("arrivals", "entries", "num_decode", "num_emits", "num_tokens", "plan",
+                 "preempted", "prev_end", "t_end")
+
+    def __init__(self, entries: list[list[Any]], preempted: list[Request],
+                 arrivals: list[Request], num_tokens: int | None = None) -> None:
+        self.entries = entries
+        self.preempted = preempted
+        self.arrivals = arrivals
+        self.num_tokens = sum(e[1] for e in entries) if num_tokens is None else num_tokens
+        self.num_decode = 0  # entries computing one token past the prompt (set by schedule)
+        self.num_emits = 0  # entries that sample a token (set by schedule)
+        self.plan: StepPlan | None = None
+        self.t_end = 0.0
+        self.prev_end = 0.0
+
+
+class StepObserver(Protocol):
+    """Sees every schedule() call and every processed output (e.g. a trace writer)."""
+
+    def scheduled(self, policy: VllmV1, out: StepOutput) -> None: ...
+
+    def updated(self, policy: VllmV1, out: StepOutput, finished: list[Request]) -> None: ...
+
+
+def misfit(prompt_len: int, output_len: int, params: Any) -> tuple[str, str] | None:
+    """Why a request can never run under ``params``: ``(reason, detail)``, or None if it can.
+
+    The reason is one of a fixed vocabulary (``exceeds_max_model_len``,
+    ``exceeds_kv_capacity``), the detail says by how much. Alone in the
+    engine, a request needs slots for ``prompt_len + output_len - 1`` tokens
+    (the last token is sampled, never computed), capped at ``max_model_len``;
+    the pool has ``num_blocks - 1`` usable blocks.
+    """
+    if prompt_len > params.max_model_len:
+        return ("exceeds_max_model_len",
+                f"prompt_len {prompt_len} exceeds max_model_len {params.max_model_len}")
+    tokens = min(max(prompt_len, 1) + output_len - 1, params.max_model_len)
+    need = cdiv(tokens, params.block_size)
+    if need > params.num_blocks - 1:
+        return ("exceeds_kv_capacity", f"needs {need} KV blocks of {params.block_size} tokens, "
+                f"the pool has {params.num_blocks - 1}")
+    return None
+
+
+def misfit_reason(prompt_len: int, output_len: int, params: Any) -> str | None:
+    """The detail of :func:`misfit` (None if the request can run)."""
+    found = misfit(prompt_len, output_len, params)
+    return None if found is None else found[1]
+
