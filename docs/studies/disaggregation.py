@@ -39,6 +39,7 @@ WORKLOADS = {
 LINK_RATE = 16
 BANDWIDTHS = [0.5, 1.0, 2.0, 5.0, 12.5, 50.0]
 METRICS = ("goodput_req_s_per_gpu", "slo_attainment")
+COLORS = {v: f"C{k}" for k, v in enumerate(VARIANTS)}
 
 
 def summarize(df: pd.DataFrame, keys: list[str]) -> list[dict]:
@@ -124,8 +125,8 @@ def plot(rate_rows: dict[str, list[dict]], link_rows: list[dict], path: Path) ->
             y = np.array([r["goodput_req_s_per_gpu"] for r in sel])
             lo = np.array([r["goodput_req_s_per_gpu_lo"] for r in sel])
             hi = np.array([r["goodput_req_s_per_gpu_hi"] for r in sel])
-            ax.plot(x, y, marker="o", label=v)
-            ax.fill_between(x, lo, hi, alpha=0.2)
+            ax.plot(x, y, marker="o", label=v, color=COLORS[v])
+            ax.fill_between(x, lo, hi, alpha=0.2, color=COLORS[v])
         ax.set_title(wl)
         ax.set_xlabel("arrival rate (req/s)")
         ax.set_ylabel("goodput per GPU (req/s)")
@@ -135,7 +136,8 @@ def plot(rate_rows: dict[str, list[dict]], link_rows: list[dict], path: Path) ->
         sel = sorted((r for r in link_rows if r["variant"] == v),
                      key=lambda r: r["cluster.link.bandwidth_gb_s"])
         ax.plot([r["cluster.link.bandwidth_gb_s"] for r in sel],
-                [r["goodput_req_s_per_gpu"] for r in sel], marker="o", label=v)
+                [r["goodput_req_s_per_gpu"] for r in sel], marker="o", label=v,
+                color=COLORS[v])
     ax.axhline(link_rows[0]["colocated"], color="k", ls="--", lw=1, label="colocated")
     ax.set_xscale("log")
     ax.set_title(f"long prompts at {LINK_RATE} req/s")
