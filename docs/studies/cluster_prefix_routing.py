@@ -1,4 +1,4 @@
-"""Prefix-aware routing on Mooncake conversations: five routers, three router stalenesses.
+"""Prefix-aware routing on Mooncake conversations: six routers, three router stalenesses.
 
 Runs ``scenarios/cluster_prefix_routing.yaml``'s sweep (every variant x
 ``cluster.staleness`` in 0, 50 ms, 500 ms x 10 seeds; resumable in ``--out``)
