@@ -142,6 +142,21 @@ def test_prefix_affinity_bounded_load(load_factor, expect):
     assert homes == [home if e == 0 else other for e in expect]
 
 
+@pytest.mark.parametrize("abs_threshold,expect", [(64, [0, 0, 0, 0]), (1, [0, 0, 1, 0])])
+def test_prefix_affinity_leaves_its_home_only_when_the_cluster_is_imbalanced(abs_threshold,
+                                                                               expect):
+    router = {"type": "prefix_affinity", "balance_abs_threshold": abs_threshold,
+              "balance_rel_threshold": 1.5}
+    raw = {**TWO, "workload": {"type": "list", "requests": _prefix_requests(4)},
+           "cluster": {"router": router, "groups": [{"name": "r", "count": 2}]}}
+    (v,) = simulate(Scenario(raw)).values()
+    homes = v.requests["replica"].tolist()
+    other = "r-1" if homes[0] == "r-0" else "r-0"
+    # outstanding (home, other) before each request: (0,0) (1,0) (2,0) (2,1); only (2,0) has
+    # max - min > 1 and max > 1.5 * min, so the third request goes to the least loaded
+    assert homes == [homes[0] if e == 0 else other for e in expect]
+
+
 def _kv_scenario(router):
     reqs = [{"name": "A", "arrival": 0, "prompt_len": 64, "output_len": 2, "prefix_id": "P",
              "prefix_len": 48},

@@ -39,3 +39,23 @@ def test_table_means_and_intervals(study):
     assert row["prefix_cache_hit_rate_lo"] < 0.2 < row["prefix_cache_hit_rate_hi"]
     text = study.markdown([row], 0.137)
     assert "| 0 ms | kv_overlap | 20.0 ± 24.8 |" in text
+
+
+def test_probe_separates_routing_from_eviction():
+    path = ROOT / "docs" / "studies" / "cluster_prefix_routing_probe.py"
+    spec = importlib.util.spec_from_file_location("cluster_prefix_routing_probe", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    few = ["workload.max_requests=140"]  # three follow-up turns (133, 134, 137)
+    pa = mod.probe("prefix_affinity", 0, few)
+    rr = mod.probe("round_robin", 0, few)
+    # the same requests: the prefix sent before is the router's, not the cache's, figure
+    assert pa["sent_before"] == rr["sent_before"] > 0
+    assert pa["requests_with_known_prefix"] == rr["requests_with_known_prefix"] > 0
+    # SGLang's imbalance test never fires on 8 replicas with a few requests each: the ring
+    # keeps every conversation together; round-robin scatters some
+    assert pa["fallback_overrides"] == 0 and pa["sent_elsewhere"] == 0
+    assert rr["sent_elsewhere"] > 0 and "fallback_overrides" not in rr
+    for r in (pa, rr):
+        assert r["chosen_cached"] <= r["best_cached"] <= r["sent_before"]
+        assert r["hit_rate"] <= r["chosen_cached"] + 1e-12

@@ -1,4 +1,4 @@
-"""Prefix-aware routing on Mooncake conversations: five routers, three router stalenesses.
+"""Prefix-aware routing on Mooncake conversations: six routers, three router stalenesses.
 
 Runs ``scenarios/cluster_prefix_routing.yaml``'s sweep (every variant x
 ``cluster.staleness`` in 0, 50 ms, 500 ms x 10 seeds; resumable in ``--out``)
@@ -25,7 +25,8 @@ from orcasim.experiments.stats import t_interval
 
 SCENARIO = "cluster_prefix_routing"
 METRICS = ("prefix_cache_hit_rate", "ttft_p50", "ttft_p99", "load_imbalance")
-ROUTERS = ("round_robin", "least_outstanding", "power_of_two", "prefix_affinity", "kv_overlap")
+ROUTERS = ("round_robin", "least_outstanding", "power_of_two", "prefix_affinity",
+           "prefix_affinity_bounded", "kv_overlap")
 
 
 def ideal_hit_rate(hash_ids: Sequence[Sequence[int]], prompt_len: Sequence[int],
