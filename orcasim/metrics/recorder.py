@@ -69,6 +69,9 @@ class Recorder:
         self._r_count_rest = array("q")
         self._buf_cap = max(16, series_capacity)
         self.series = StepSeries(series_capacity)
+        # steps flushed but not yet in the series: it takes them in blocks of _buf_cap steps,
+        # so its bins sum the same floats in the same order however the steps were recorded
+        self._series_rest: list[np.ndarray] | None = None
         self.trace_steps = trace_steps
         self.kv: KVSeries | None = None  # KV memory use per step, when the run models memory
         self.steps: list[tuple[int, float, float, tuple[str | None, ...]]] = []
@@ -171,7 +174,19 @@ class Recorder:
         self._sum_batch += int(seqs.sum())
         self._step_end.append(t1)
         self._itl_count.append(count)
-        self.series.add_steps(t0, t1, seqs.astype(np.float64), tokens, waiting)
+        self._to_series([t0, t1, seqs.astype(np.float64), tokens, waiting])
+
+    def _to_series(self, cols: list[np.ndarray], everything: bool = False) -> None:
+        """Give the series whole blocks of ``_buf_cap`` steps (with ``everything``, the rest
+        too), keeping the rest for the next call: step by step or in runs, the same blocks."""
+        rest = self._series_rest
+        if rest is not None:
+            cols = [np.concatenate([a, b]) for a, b in zip(rest, cols, strict=True)]
+        n = len(cols[0])
+        cut = n if everything else n - n % self._buf_cap
+        self._series_rest = [c[cut:] for c in cols] if cut < n else None
+        if cut:
+            self.series.add_steps(*(c[:cut] for c in cols))
 
     @property
     def num_steps(self) -> int:
@@ -253,4 +268,6 @@ class Recorder:
     def series_rows(self) -> dict[str, np.ndarray]:
         """The bounded per-step series (see :class:`StepSeries`)."""
         self._flush()
+        if self._series_rest is not None:
+            self._to_series([np.zeros(0)] * 5, everything=True)
         return self.series.rows()

@@ -86,6 +86,27 @@ class DecodeGrowth:
             self.end_round(step)
         return None
 
+    def covered(self, step: int, limit: int) -> int:
+        """How many of the rounds ``step + 1``, ``step + 2``, ... (``limit`` at most) the free
+        blocks cover if nobody joins or leaves: a run of decode steps takes them one by one.
+
+        Counts every member of a round's phase, also one whose growth ends
+        before that round, so the answer may be short, never long. O(1) while
+        the free blocks cover every growing member's growth over the window.
+        """
+        if self._early:
+            return 0
+        free = self.alloc.num_free_blocks
+        bs = self.bs
+        if free >= len(self._plan) * (limit // bs + 1):
+            return limit
+        phases = self.phases
+        for j in range(limit):
+            free -= len(phases[(step + 1 + j) % bs])
+            if free < 0:
+                return j
+        return limit
+
     def begin_exact(self, due: dict[int, Request]) -> None:
         """The exact path starts: every due member still waits for its block."""
         self._pending = set(due)
