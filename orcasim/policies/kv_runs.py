@@ -94,22 +94,26 @@ class KVDecodeRuns(DecodeRuns):
         if kv is None:
             return DecodeRuns.complete_run(self, plan, ends)
         batch = self.batch
-        tokens = batch.num_kv_tokens
-        size = batch.size
-        blocked = self._blocked  # the same refusal at every boundary of the run
-        observe = kv.observe
-        observe(self._run_t0, ends[0], tokens, blocked)
+        alloc = kv.alloc
+        allocated = [alloc.allocated_slots]
+        internal = [alloc.internal_slots]
+        more = len(ends) - 1
+        growth = self.growth
+        if growth is None:  # reservations: nothing changes until someone leaves
+            allocated *= more + 1
+            internal *= more + 1
+        elif more:
+            try:
+                frees, ints = growth.run_rounds(batch.num_steps, more)
+            except ValueError as err:
+                raise SimulationError(f"a run of decode steps: {err}") from None
+            slots = alloc.layout.num_blocks
+            bs = alloc.block_size
+            allocated.extend([(slots - f) * bs for f in frees])
+            internal.extend(ints)
+        # the same refusal (or none) at every boundary of the run
+        kv.observe_run(self._run_t0, ends, batch.num_kv_tokens, batch.size, allocated, internal,
+                       self._blocked)
         if self._swapped_in:
             self._swapped_in = []
-        growth = self.growth
-        step = batch.num_steps
-        prev = ends[0]
-        for end in ends[1:]:
-            step += 1
-            if growth is not None and growth.round(step) is not None:
-                raise SimulationError(f"a run of decode steps reached a round at step {step} "
-                                      "that its free blocks do not cover")
-            tokens += size
-            observe(prev, end, tokens, blocked)
-            prev = end
         return DecodeRuns.complete_run(self, plan, ends)
