@@ -56,16 +56,26 @@ class KVDecodeRuns(DecodeRuns):
     #: an empty batch
     admits_every_step: ClassVar[bool] = False
     _run_t0: float = 0.0
+    #: shorter runs cost more than stepping (measured with benchmarks/bench_policies.py)
+    min_run_steps: ClassVar[int] = 3
 
     def decode_run(self, plan: StepPlan | None = None) -> tuple[int, int, int, bool] | None:
         """After the step just planned, how long the batch runs unchanged (see the module doc)."""
         kv = self.kv
         if kv is None:
             return DecodeRuns.decode_run(self, plan)
+        batch = self.batch
+        limit = batch.first_finish()
+        if limit < self.min_run_steps:
+            return None
+        growth = self.growth
+        if growth is not None:  # most often under a tight pool: the next round is not covered
+            limit = growth.covered(batch.num_steps, limit - 1) + 1
+            if limit < self.min_run_steps:
+                return None
         if not self._runs or self._listens or self._deferred or kv.has_getters:
             return None
         ctx = self.ctx
-        batch = self.batch
         free_slots = ctx.slots.free > 0
         if self._blocked:  # a swap-in or the queue's head was refused memory at this boundary
             if not free_slots:
@@ -77,12 +87,6 @@ class KVDecodeRuns(DecodeRuns):
             if free_slots and (self._swapped or (ctx.waiting and self.admits_every_step)):
                 return None  # not tried at this boundary (a deferred decision): step by step
             room = self.has_room()
-        limit = batch.first_finish()
-        growth = self.growth
-        if growth is not None and limit > 1:
-            limit = growth.covered(batch.num_steps, limit - 1) + 1
-        if limit <= 1:
-            return None
         self._run_t0 = ctx.now
         size = batch.size
         return size, batch.num_kv_tokens + size, limit, room

@@ -94,13 +94,13 @@ class DecodeGrowth:
         before that round, so the answer may be short, never long. O(1) while
         the free blocks cover every growing member's growth over the window.
         """
-        if self._early:
-            return 0
         free = self.alloc.num_free_blocks
         bs = self.bs
+        phases = self.phases
+        if self._early or (limit and len(phases[(step + 1) % bs]) > free):
+            return 0
         if free >= len(self._plan) * (limit // bs + 1):
             return limit
-        phases = self.phases
         for j in range(limit):
             free -= len(phases[(step + 1 + j) % bs])
             if free < 0:
