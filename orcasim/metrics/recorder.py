@@ -231,14 +231,15 @@ class Recorder:
         ids = np.frombuffer(self._i["id"], dtype=np.int64) if self._i["id"] else np.zeros(0, int)
         order = np.argsort(ids, kind="stable")
         cols: dict[str, Any] = {}
-        for c, a in self._i.items():
-            cols[c] = np.array(a, dtype=np.int64)[order]
+        for c, a in self._i.items():  # read in place, copied once, in id order
+            cols[c] = np.frombuffer(a, dtype=np.int64)[order] if a else np.zeros(0, np.int64)
         for c, a in self._f.items():
-            cols[c] = np.array(a, dtype=np.float64)[order]
-        idx = order.tolist()
+            cols[c] = np.frombuffer(a, dtype=np.float64)[order] if a else np.zeros(0)
+        idx = order.tolist() if self._name or self._tenant or self._cls or self._reason else []
+        nones = [None] * len(order)  # one list for every column without a value (read only)
         for c, sparse in (("name", self._name), ("tenant", self._tenant), ("cls", self._cls),
                           ("reason", self._reason)):
-            cols[c] = [sparse.get(k) for k in idx] if sparse else [None] * len(idx)
+            cols[c] = [sparse.get(k) for k in idx] if sparse else nones
         return cols
 
     def _steps(self) -> tuple[np.ndarray, np.ndarray]:
@@ -251,12 +252,19 @@ class Recorder:
     def itl_samples(self) -> tuple[np.ndarray, np.ndarray]:
         """Inter-token gaps as ``(gaps, counts)``: each gap occurred ``count`` times."""
         ends, counts = self._steps()
+        gaps = ends  # each step's end minus the previous one's (0 before the first), in place
+        if gaps.size > 1:
+            np.subtract(ends[1:], ends[:-1].copy(), out=gaps[1:])
         keep = counts > 0
-        gaps = np.diff(ends, prepend=0.0)[keep]
+        if not keep.all():
+            gaps, counts = gaps[keep], counts[keep]
+        del keep
+        counts = counts.astype(np.int64)
+        if not self._extra_itl:
+            return gaps, counts
         extra_gaps = np.array([g for g, _, _ in self._extra_itl], dtype=np.float64)
         extra_counts = np.array([c for _, c, _ in self._extra_itl], dtype=np.int64)
-        return (np.concatenate([gaps, extra_gaps]),
-                np.concatenate([counts[keep].astype(np.int64), extra_counts]))
+        return np.concatenate([gaps, extra_gaps]), np.concatenate([counts, extra_counts])
 
     def itl_times(self) -> np.ndarray:
         """End time of the step each :meth:`itl_samples` entry belongs to (same order)."""

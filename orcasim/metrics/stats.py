@@ -35,12 +35,16 @@ def weighted_percentiles(
     Equal to ``numpy.percentile(numpy.repeat(values, counts), qs)``.
     """
     keep = counts > 0
-    values, counts = values[keep], counts[keep]
+    if not keep.all():
+        values, counts = values[keep], counts[keep]
+    del keep
     if values.size == 0:
         return [float("nan")] * len(qs)
     order = np.argsort(values, kind="stable")
     v = values[order]
-    cum = np.cumsum(counts[order])
+    cum = counts[order].astype(np.int64, copy=False)
+    del order  # at millions of samples: three arrays of the sample's size at most
+    np.cumsum(cum, out=cum)
     n = int(cum[-1])
     out = []
     for q in qs:
