@@ -83,7 +83,7 @@ def variant_result(cfg: VariantConfig, m: Model, num_requests: int, *,
     server (the engine's arrivals are later), for the client-side latencies."""
     env, ctx, rec, engine, policy = m.env, m.ctx, m.recorder, m.engine, m.policy
     check_conservation(cfg, ctx, rec, num_requests, env.now, engine)
-    cols = rec.request_columns()
+    cols = rec.request_columns(take=True)  # the rows are held once from here on
     itl = rec.itl_samples()
     slo = cfg.metrics.slo.model_dump() if cfg.metrics.slo is not None else None
     summary = summarize(

@@ -39,6 +39,7 @@ class Recorder:
         self.num_arrived = 0
         self._steps_flushed = 0
         self._sum_batch = 0
+        self._taken = 0  # rows handed over by request_columns(take=True)
         self._f = {c: array("d") for c in REQUEST_FLOAT_COLUMNS}
         self._i = {c: array("q") for c in REQUEST_INT_COLUMNS}
         # string columns, sparse (row -> value; most are None)
@@ -213,7 +214,7 @@ class Recorder:
     # -- end of run ---------------------------------------------------------
     @property
     def num_recorded(self) -> int:
-        return len(self._i["id"])
+        return len(self._i["id"]) + self._taken
 
     def state_counts(self) -> dict[RequestState, int]:
         """Recorded requests by final state."""
@@ -226,20 +227,44 @@ class Recorder:
         return int(np.unique(np.frombuffer(self._i["id"], dtype=np.int64)).size) \
             if self._i["id"] else 0
 
-    def request_columns(self) -> dict[str, Any]:
-        """Per-request columns as numpy arrays (and lists for strings), sorted by request id."""
+    def request_columns(self, take: bool = False) -> dict[str, Any]:
+        """Per-request columns as numpy arrays (and lists for strings), sorted by request id.
+
+        With ``take`` the rows leave the recorder column by column as they are
+        copied (at millions of requests the run's end then holds them once, not
+        twice); :attr:`num_recorded` still counts them.
+        """
         ids = np.frombuffer(self._i["id"], dtype=np.int64) if self._i["id"] else np.zeros(0, int)
         order = np.argsort(ids, kind="stable")
+        del ids
         cols: dict[str, Any] = {}
         for c, a in self._i.items():  # read in place, copied once, in id order
             cols[c] = np.frombuffer(a, dtype=np.int64)[order] if a else np.zeros(0, np.int64)
+            if take:
+                del a[:]
         for c, a in self._f.items():
             cols[c] = np.frombuffer(a, dtype=np.float64)[order] if a else np.zeros(0)
-        idx = order.tolist() if self._name or self._tenant or self._cls or self._reason else []
-        nones = [None] * len(order)  # one list for every column without a value (read only)
+            if take:
+                del a[:]
+        n = len(order)
+        nones = [None] * n  # one list for every column without a value (read only)
+        where = None  # each row's position in id order
         for c, sparse in (("name", self._name), ("tenant", self._tenant), ("cls", self._cls),
                           ("reason", self._reason)):
-            cols[c] = [sparse.get(k) for k in idx] if sparse else nones
+            if not sparse:
+                cols[c] = nones
+                continue
+            if where is None:
+                where = np.empty(n, dtype=np.int64)
+                where[order] = np.arange(n)
+            col = [None] * n
+            for k, v in sparse.items():
+                col[where[k]] = v
+            cols[c] = col
+            if take:
+                sparse.clear()
+        if take:
+            self._taken += n
         return cols
 
     def _steps(self) -> tuple[np.ndarray, np.ndarray]:
