@@ -190,7 +190,7 @@ def test_lifecycle_files_match_the_requests(tmp_path):
     assert main(["run", str(sc), "--out", str(out), "--no-plots"]) == 0
     import pandas as pd
 
-    req = pd.read_csv(out / "requests.csv")
+    req = pd.read_parquet(out / "requests.parquet")
     d = out / "inference_perf" / "vllm-v1"
     stage1 = json.loads((d / "stage_1_lifecycle_metrics.json").read_text())
     summary = json.loads((d / "summary_lifecycle_metrics.json").read_text())

@@ -47,10 +47,7 @@ class Recorder:
         self._tenant: dict[int, str] = {}
         self._cls: dict[int, str] = {}
         self._reason: dict[int, str] = {}
-        f, i = self._f, self._i
-        self._appends = (f["arrival"].append, f["first_scheduled"].append,
-                         f["first_token"].append, f["finish"].append,
-                         *(i[c].append for c in REQUEST_INT_COLUMNS))
+        self._bind_appends()
         # per step, kept for the whole run (12 bytes a step): its end and its ITL token count;
         # a step's gap is its end minus the previous step's end (0 before the first)
         self._step_end: list[np.ndarray] = []
@@ -76,6 +73,12 @@ class Recorder:
         self.trace_steps = trace_steps
         self.kv: KVSeries | None = None  # KV memory use per step, when the run models memory
         self.steps: list[tuple[int, float, float, tuple[str | None, ...]]] = []
+
+    def _bind_appends(self) -> None:
+        f, i = self._f, self._i
+        self._appends: tuple = (f["arrival"].append, f["first_scheduled"].append,
+                                f["first_token"].append, f["finish"].append,
+                                *(i[c].append for c in REQUEST_INT_COLUMNS))
 
     # -- hot path -----------------------------------------------------------
     def record_request(self, req: Request) -> None:
@@ -238,14 +241,21 @@ class Recorder:
         order = np.argsort(ids, kind="stable")
         del ids
         cols: dict[str, Any] = {}
-        for c, a in self._i.items():  # read in place, copied once, in id order
+        if take:  # each column's array is dropped once copied (a view may still hold it)
+            self._appends = ()
+        for c in list(self._i):  # read in place, copied once, in id order
+            a = self._i[c]
             cols[c] = np.frombuffer(a, dtype=np.int64)[order] if a else np.zeros(0, np.int64)
             if take:
-                del a[:]
-        for c, a in self._f.items():
+                self._i[c] = array("q")
+        for c in list(self._f):
+            a = self._f[c]
             cols[c] = np.frombuffer(a, dtype=np.float64)[order] if a else np.zeros(0)
             if take:
-                del a[:]
+                self._f[c] = array("d")
+        del a
+        if take:
+            self._bind_appends()
         n = len(order)
         nones = [None] * n  # one list for every column without a value (read only)
         where = None  # each row's position in id order
