@@ -94,6 +94,10 @@ SCENARIOS = {
     "kv_swap": {"memory": {"block_size": 16, "num_blocks": 300, "bytes_per_token": 1000,
                            "swap_space_gb": 0.002, "pcie_bandwidth": 1e9},
                 "policy.preemption": "swap"},
+    # reservations: nothing grows during a run, refusals repeat until someone leaves
+    "kv_oracle": {"memory": {"allocator": "oracle", "block_size": 16, "num_blocks": 400}},
+    "kv_pow2_buddy": {"memory": {"allocator": "pow2", "placement": "buddy", "block_size": 16,
+                                 "num_blocks": 512}},
     "kv_limited_skip": {"memory": {"block_size": 16, "num_blocks": 300},
                         "policy.kv_admission": "skip", "workload.num_requests": 300},
 }
