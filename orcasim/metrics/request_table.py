@@ -8,7 +8,7 @@ and hundreds of megabytes); the columns and their order are those of
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,11 +60,30 @@ def request_table(columns: Mapping[str, Any], variant: str | None = None) -> pa.
     return pa.table(cols)
 
 
-def write_requests_parquet(path: Path, tables: list[pa.Table]) -> None:
-    """Write the variants' tables one after another into one Parquet file (a row group or
-    more each), never holding their concatenation."""
+#: rows per Arrow table written at once: at ten million requests the whole table would
+#: cost more than a gigabyte beside the columns it is built from
+ROWS_PER_CHUNK = 1_000_000
+
+
+def request_tables(columns: Mapping[str, Any], variant: str | None = None,
+                   rows: int | None = None) -> Iterator[pa.Table]:
+    """:func:`request_table` of ``rows`` requests at a time (default :data:`ROWS_PER_CHUNK`;
+    one empty table for none)."""
+    rows = rows or ROWS_PER_CHUNK
+    n = len(columns["id"])
+    for lo in range(0, max(n, 1), rows):
+        yield request_table({k: v[lo:lo + rows] for k, v in columns.items()}, variant)
+
+
+def write_requests_parquet(path: Path, tables: Iterable[pa.Table]) -> None:
+    """Write ``tables`` one after another into one Parquet file (a row group or more each),
+    holding one at a time."""
     import pyarrow.parquet as pq
 
-    with pq.ParquetWriter(path, tables[0].schema) as writer:
-        for t in tables:
+    it = iter(tables)
+    first = next(it)
+    with pq.ParquetWriter(path, first.schema) as writer:
+        writer.write_table(first)
+        del first
+        for t in it:
             writer.write_table(t)
