@@ -40,23 +40,23 @@ def weighted_percentiles(
     del keep
     if values.size == 0:
         return [float("nan")] * len(qs)
+    # at millions of samples: two arrays of the sample's size (the order and the running
+    # counts); the values are read only at the ranks asked for
     order = np.argsort(values, kind="stable")
-    v = values[order]
     cum = counts[order].astype(np.int64, copy=False)
-    del order  # at millions of samples: three arrays of the sample's size at most
     np.cumsum(cum, out=cum)
     n = int(cum[-1])
     out = []
     for q in qs:
         virtual = (n - 1) * (np.float64(q) / 100)
         if virtual >= n - 1:
-            out.append(float(v[-1]))
+            out.append(float(values[order[-1]]))
             continue
         lo = int(np.floor(virtual))
         gamma = float(virtual - lo)
         # value at 0-based rank k of the expanded sample
-        a = v[np.searchsorted(cum, lo, side="right")]
-        b = v[np.searchsorted(cum, lo + 1, side="right")]
+        a = values[order[np.searchsorted(cum, lo, side="right")]]
+        b = values[order[np.searchsorted(cum, lo + 1, side="right")]]
         out.append(_lerp(float(a), float(b), gamma))
     return out
 
