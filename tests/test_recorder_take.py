@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import orcasim
 from orcasim.simulation import build_model, generate_workload
@@ -33,3 +34,20 @@ def test_taken_columns_equal_read_ones_and_the_rows_leave():
     assert held.size == 300  # the view kept its data
     assert not rec._i["id"] and not rec._f["finish"]  # the recorder holds no rows now
     assert len(rec.request_columns()["id"]) == 0
+
+
+def test_gaps_computed_in_place_block_by_block_equal_the_differences(monkeypatch):
+    from orcasim.metrics import recorder
+
+    rec = _ran()
+    ends, counts = rec._steps()
+    keep = counts > 0
+    want = np.diff(ends, prepend=0.0)[keep]
+    monkeypatch.setattr(recorder, "GAP_BLOCK", 7)  # many blocks, one of a few steps
+    gaps, got_counts = rec.itl_samples(take=True)
+    np.testing.assert_array_equal(gaps[:want.size], want)
+    np.testing.assert_array_equal(got_counts[:want.size], counts[keep])
+    assert gaps.size > want.size  # the resumed requests' own gaps follow
+    assert rec.num_steps == ends.size and not rec._step_end  # the steps were let go
+    with pytest.raises(ValueError, match="ask for itl_times"):
+        rec.itl_times()

@@ -19,6 +19,8 @@ from orcasim.metrics.series import StepSeries
 from orcasim.request import FINAL_STATES, Request, RequestState
 
 _NAN = float("nan")
+#: steps per block when the gaps are computed in place from the step ends
+GAP_BLOCK = 1 << 20
 
 REQUEST_FLOAT_COLUMNS = ("arrival", "first_scheduled", "first_token", "finish")
 REQUEST_INT_COLUMNS = (
@@ -40,6 +42,7 @@ class Recorder:
         self._steps_flushed = 0
         self._sum_batch = 0
         self._taken = 0  # rows handed over by request_columns(take=True)
+        self._steps_taken = False  # step ends handed over by itl_samples(take=True)
         self._f = {c: array("d") for c in REQUEST_FLOAT_COLUMNS}
         self._i = {c: array("q") for c in REQUEST_INT_COLUMNS}
         # string columns, sparse (row -> value; most are None)
@@ -284,12 +287,22 @@ class Recorder:
         counts = np.concatenate([np.zeros(0, np.int32), *self._itl_count])
         return ends, counts
 
-    def itl_samples(self) -> tuple[np.ndarray, np.ndarray]:
-        """Inter-token gaps as ``(gaps, counts)``: each gap occurred ``count`` times."""
+    def itl_samples(self, take: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Inter-token gaps as ``(gaps, counts)``: each gap occurred ``count`` times.
+
+        With ``take`` the recorder lets go of its per-step ends and counts
+        (:meth:`itl_times` then knows no steps): at the run's end they are
+        held once, as the gaps.
+        """
         ends, counts = self._steps()
-        gaps = ends  # each step's end minus the previous one's (0 before the first), in place
-        if gaps.size > 1:
-            np.subtract(ends[1:], ends[:-1].copy(), out=gaps[1:])
+        if take:
+            self._step_end, self._itl_count = [], []
+            self._steps_taken = True
+        gaps = ends  # each step's end minus the previous one's (0 before the first), in place,
+        block = GAP_BLOCK  # a block at a time from the end: the ends below it are still whole
+        for hi in range(gaps.size, 1, -block):
+            lo = max(hi - block, 1)
+            gaps[lo:hi] -= ends[lo - 1:hi - 1]
         keep = counts > 0
         if not keep.all():
             gaps, counts = gaps[keep], counts[keep]
@@ -303,6 +316,9 @@ class Recorder:
 
     def itl_times(self) -> np.ndarray:
         """End time of the step each :meth:`itl_samples` entry belongs to (same order)."""
+        if self._steps_taken:
+            raise ValueError("the steps were handed over by itl_samples(take=True): "
+                             "ask for itl_times() before")
         ends, counts = self._steps()
         idx = np.array([k for _, _, k in self._extra_itl], dtype=np.int64)
         extra = ends[np.minimum(idx, ends.size - 1)] if idx.size else np.zeros(0)
