@@ -307,8 +307,7 @@ class Recorder:
         if not keep.all():
             gaps, counts = gaps[keep], counts[keep]
         del keep
-        counts = counts.astype(np.int64)
-        if not self._extra_itl:
+        if not self._extra_itl:  # the counts stay 32-bit (a step emits < 2**31 tokens)
             return gaps, counts
         extra_gaps = np.array([g for g, _, _ in self._extra_itl], dtype=np.float64)
         extra_counts = np.array([c for _, c, _ in self._extra_itl], dtype=np.int64)

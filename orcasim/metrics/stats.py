@@ -43,7 +43,8 @@ def weighted_percentiles(
     # at millions of samples: two arrays of the sample's size (the order and the running
     # counts); the values are read only at the ranks asked for
     order = np.argsort(values, kind="stable")
-    cum = counts[order].astype(np.int64, copy=False)
+    wide = int(counts.sum()) >= 2**31  # running counts past 2**31 need 64 bits
+    cum = counts[order].astype(np.int64 if wide else np.int32, copy=False)
     np.cumsum(cum, out=cum)
     n = int(cum[-1])
     out = []
