@@ -280,11 +280,27 @@ class Recorder:
             self._taken += n
         return cols
 
-    def _steps(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every step's end and ITL token count (flushed first)."""
+    def _steps(self, take: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Every step's end and ITL token count (flushed first); with ``take`` the recorder
+        lets go of each block of steps once copied."""
         self._flush()
-        ends = np.concatenate([np.zeros(0), *self._step_end])
-        counts = np.concatenate([np.zeros(0, np.int32), *self._itl_count])
+        if not take:
+            ends = np.concatenate([np.zeros(0), *self._step_end])
+            counts = np.concatenate([np.zeros(0, np.int32), *self._itl_count])
+            return ends, counts
+        chunks = list(zip(self._step_end, self._itl_count, strict=True))
+        self._step_end, self._itl_count = [], []
+        self._steps_taken = True
+        chunks.reverse()
+        ends = np.empty(self._steps_flushed)
+        counts = np.empty(self._steps_flushed, dtype=np.int32)
+        at = 0
+        while chunks:
+            e, c = chunks.pop()
+            ends[at:at + e.size] = e
+            counts[at:at + e.size] = c
+            at += e.size
+        del e, c
         return ends, counts
 
     def itl_samples(self, take: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -294,18 +310,22 @@ class Recorder:
         (:meth:`itl_times` then knows no steps): at the run's end they are
         held once, as the gaps.
         """
-        ends, counts = self._steps()
-        if take:
-            self._step_end, self._itl_count = [], []
-            self._steps_taken = True
+        ends, counts = self._steps(take)
         gaps = ends  # each step's end minus the previous one's (0 before the first), in place,
         block = GAP_BLOCK  # a block at a time from the end: the ends below it are still whole
         for hi in range(gaps.size, 1, -block):
             lo = max(hi - block, 1)
             gaps[lo:hi] -= ends[lo - 1:hi - 1]
         keep = counts > 0
-        if not keep.all():
-            gaps, counts = gaps[keep], counts[keep]
+        if not keep.all():  # steps without ITL tokens out, in place, a block at a time
+            kept = 0
+            for lo in range(0, gaps.size, block):
+                k = keep[lo:lo + block]
+                g, c = gaps[lo:lo + block][k], counts[lo:lo + block][k]
+                gaps[kept:kept + g.size] = g
+                counts[kept:kept + g.size] = c
+                kept += g.size
+            gaps, counts = gaps[:kept], counts[:kept]
         del keep
         if not self._extra_itl:  # the counts stay 32-bit (a step emits < 2**31 tokens)
             return gaps, counts
