@@ -52,3 +52,10 @@ def test_gaps_computed_in_place_block_by_block_equal_the_differences(monkeypatch
     assert rec.num_steps == ends.size and not rec._step_end  # the steps were let go
     with pytest.raises(ValueError, match="ask for itl_times"):
         rec.itl_times()
+
+
+def test_a_run_without_steps_hands_over_no_gaps():
+    from orcasim.metrics.recorder import Recorder
+
+    gaps, counts = Recorder().itl_samples(take=True)
+    assert gaps.size == 0 and counts.size == 0

@@ -300,7 +300,6 @@ class Recorder:
             ends[at:at + e.size] = e
             counts[at:at + e.size] = c
             at += e.size
-        del e, c
         return ends, counts
 
     def itl_samples(self, take: bool = False) -> tuple[np.ndarray, np.ndarray]:
