@@ -83,8 +83,9 @@ def variant_result(cfg: VariantConfig, m: Model, num_requests: int, *,
     request; the engine's ``arrival`` is later) and the summary the client's view."""
     env, ctx, rec, engine, policy = m.env, m.ctx, m.recorder, m.engine, m.policy
     check_conservation(cfg, ctx, rec, num_requests, env.now, engine)
-    cols = rec.request_columns()
-    itl = rec.itl_samples()
+    itl_times = rec.itl_times() if cfg.metrics.warmup or cfg.metrics.cooldown else None
+    cols = rec.request_columns(take=True)  # rows and steps are held once from here on
+    itl = rec.itl_samples(take=True)
     slo = cfg.metrics.slo.model_dump() if cfg.metrics.slo is not None else None
     summary = summarize(
         cols,
@@ -96,7 +97,7 @@ def variant_result(cfg: VariantConfig, m: Model, num_requests: int, *,
         slo=slo,
         warmup=cfg.metrics.warmup,
         cooldown=cfg.metrics.cooldown,
-        itl_times=rec.itl_times() if cfg.metrics.warmup or cfg.metrics.cooldown else None,
+        itl_times=itl_times,
     )
     summary.update(ctx.preemption_summary())
     summary.update(ctx.kv.summary())

@@ -12,6 +12,7 @@ import pytest
 import orcasim
 from orcasim.cli import main
 from orcasim.metrics import plots
+from orcasim.metrics import request_table as rt
 from orcasim.metrics.request_table import request_table
 from orcasim.progress import Progress
 
@@ -28,7 +29,7 @@ def _same(a: pd.DataFrame, b: pd.DataFrame) -> None:
                 [None if pd.isna(v) else v for v in y], col
 
 
-def test_parquet_rows_equal_the_requests_frame(tmp_path):
+def test_parquet_rows_equal_the_requests_frame(tmp_path, monkeypatch):
     reqs = [{"arrival": 0.1 * i, "prompt_len": 5 + i, "output_len": 3 + i % 7,
              **({"name": f"r{i}"} if i % 3 else {})} for i in range(40)]
     sc = orcasim.Scenario({
@@ -48,6 +49,15 @@ def test_parquet_rows_equal_the_requests_frame(tmp_path):
     _same(pd.read_csv(tmp_path / "requests.csv"), frame)
     one = next(iter(res.values()))
     _same(request_table(one.columns).to_pandas(), one.requests)
+    # the file is written a chunk of rows at a time: chunks of 7 rows give the same rows
+    monkeypatch.setattr(rt, "ROWS_PER_CHUNK", 7)
+    parts = list(rt.request_tables(one.columns, "a"))
+    assert [len(t) for t in parts] == [7] * 5 + [5]
+    res.write(tmp_path / "small", plots=False)
+    import pyarrow.parquet as pq
+    small = pq.ParquetFile(tmp_path / "small" / "requests.parquet")
+    assert small.num_row_groups == 12  # two variants of 40 rows, 7 at a time
+    _same(small.read().to_pandas(), frame)
 
 
 def test_parquet_rows_keep_the_send_times_of_variants_with_the_api_server(tmp_path):

@@ -29,3 +29,13 @@ def test_weighted_percentiles_equal_numpy_on_expanded(pairs, qs):
 def test_percentiles_ignore_nan_and_handle_empty():
     assert percentiles(np.array([np.nan, 1.0, 3.0]), [50]) == [2.0]
     assert np.isnan(percentiles(np.array([np.nan]), [50])[0])
+
+
+def test_weighted_percentiles_past_two_billion_tokens():
+    # running counts beyond 32 bits: three gaps of 1.0, then 2**31 gaps of 2.0
+    values = np.array([2.0, 1.0])
+    counts = np.array([2**31, 3])
+    assert weighted_percentiles(values, counts, [0, 50, 100]) == [1.0, 2.0, 2.0]
+    n = 2**31 + 3  # rank 2 is the last 1.0, rank 3 the first 2.0
+    q = 100 * 2.5 / (n - 1)
+    assert weighted_percentiles(values, counts, [q]) == [1.5]

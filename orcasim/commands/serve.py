@@ -124,9 +124,8 @@ def serve(args: argparse.Namespace) -> int:
     keys = [m for m in [*TABLE_METRICS, "realtime_lag_p50", "realtime_lag_p99",
                         "realtime_lag_max"] if m in result.summary]
     print(res.table(keys))
-    # served runs are bounded by real time: the CSV is small and what load-tool comparisons read
     written = res.write(out, plots=not args.no_plots and server.sim.num_submitted > 0,
-                        requests_csv=True)
+                        requests_csv=True)  # requests.csv: what replay reads
     print(f"\nwrote {len(written)} files to {out}/: {', '.join(p.name for p in written)}")
     sys.stdout.flush()
     return 0

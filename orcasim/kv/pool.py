@@ -320,6 +320,21 @@ class KVPool:
         self.peak_allocated = peak
         series.add_rows(out)
 
+    def observe_run(self, t_start: float, ends: list[float], num_tokens: int, size: int,
+                    allocated: list[int], internal: list[int], blocked: bool) -> None:
+        """:meth:`observe` for each step of a run of decode steps from ``t_start``: the batch
+        holds ``num_tokens`` KV tokens in the first, ``size`` more in each next, and the
+        allocator ``allocated`` and ``internal`` slots in each (padding and swap unchanged)."""
+        series = self.series
+        if series is None:
+            return
+        peak = max(allocated)
+        if peak > self.peak_allocated:
+            self.peak_allocated = peak
+        series.add_run(t_start, ends, num_tokens, size, allocated, internal,
+                       self.alloc.padding_slots, self.num_swap_blocks_used * self.block_size,
+                       blocked)
+
     def summary(self) -> dict[str, Any]:
         """Memory metrics for the run summary (see docs/memory.md)."""
         cap = self.capacity

@@ -11,6 +11,8 @@ so time-weighted means stay exact per bin and the run's totals exact.
 
 from __future__ import annotations
 
+from itertools import repeat
+
 import numpy as np
 
 from orcasim.metrics.series import BinnedSeries
@@ -35,21 +37,42 @@ class KVSeries(BinnedSeries):
         buf = self.buf
         buf.append((t_start, t_end, tokens, allocated, internal, padding, swapped, blocked))
         if len(buf) >= _BUFFER:
-            self.flush()
+            self.flush(whole=True)
 
     def add_rows(self, rows: list[tuple[float, ...]]) -> None:
         """Several raw rows at once, as :meth:`add` takes them, oldest first."""
         buf = self.buf
         buf.extend(rows)
         if len(buf) >= _BUFFER:
-            self.flush()
+            self.flush(whole=True)
 
-    def flush(self) -> None:
-        """Turn the raw rows into binned columns (free and stranded computed here)."""
-        if not self.buf:
+    def add_run(self, t_start: float, ends: list[float], tokens: int, size: int,
+                allocated: list[int], internal: list[int], padding: int, swapped: int,
+                blocked: bool) -> None:
+        """Steps back to back from ``t_start``, ending at ``ends``: :meth:`add` once per step,
+        with ``tokens`` growing by ``size`` per step and ``allocated``/``internal`` per step."""
+        buf = self.buf
+        k = len(ends)
+        starts = [t_start, *ends[:-1]]
+        buf.extend(zip(starts, ends, range(tokens, tokens + size * k, size) if size else
+                       repeat(tokens, k), allocated, internal, repeat(padding, k),
+                       repeat(swapped, k), repeat(blocked, k), strict=True))
+        if len(buf) >= _BUFFER:
+            self.flush(whole=True)
+
+    def flush(self, whole: bool = False) -> None:
+        """Turn the raw rows into binned columns (free and stranded computed here).
+
+        With ``whole``, only whole blocks of the buffer's size, the rest staying
+        raw: the bins then sum the same rows in the same order however the
+        steps were added (one by one or in runs).
+        """
+        buf = self.buf
+        n = len(buf) - len(buf) % _BUFFER if whole else len(buf)
+        if not n:
             return
-        a = np.array(self.buf, dtype=np.float64)
-        self.buf = []
+        a = np.array(buf[:n], dtype=np.float64)
+        self.buf = buf[n:]
         free = self.total - a[:, 3]
         stranded = np.where(a[:, 7] > 0, free, 0.0)
         cols = [a[:, 2], a[:, 3], a[:, 4], a[:, 5], free, stranded, a[:, 6]]

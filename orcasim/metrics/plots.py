@@ -195,12 +195,24 @@ def latency_cdfs(results: Results) -> Figure:
     """
     plt = _pyplot()
     finished = {}  # variant -> (class of each finished request, its latencies)
+    metrics = [m for m, _ in CDF_METRICS]
     for name, v in results.items():
         c = v.columns
         done = c["state"] == int(RequestState.FINISHED)
-        lat = request_latencies(c)
-        finished[name] = (np.asarray(c["cls"], dtype=object)[done],
-                          {k: x[done] for k, x in lat.items()})
+        every = bool(done.all())  # then no copies of the columns (millions of requests)
+        sub = c if every else {k: c[k][done] for k in
+                               ("arrival", "first_scheduled", "first_token", "finish",
+                                "num_output_tokens")}
+        lat = request_latencies(sub)
+        del sub
+        cls = c["cls"]
+        if any(x is not None for x in cls):
+            cls = np.asarray(cls, dtype=object)
+            cls = cls if every else cls[done]
+        else:  # no classes: one marker array, not an object per request
+            cls = np.empty(0, dtype=object)
+        finished[name] = (cls, {k: lat[k] for k in metrics})
+        del lat
     classes = [c for c in dict.fromkeys(x for cls, _ in finished.values()
                                         for x in cls[cls != None] if x != "")]  # noqa: E711
     rows: list[Any] = classes if len(classes) > 1 else [None]

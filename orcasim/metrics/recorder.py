@@ -19,6 +19,8 @@ from orcasim.metrics.series import StepSeries
 from orcasim.request import FINAL_STATES, Request, RequestState
 
 _NAN = float("nan")
+#: steps per block when the gaps are computed in place from the step ends
+GAP_BLOCK = 1 << 20
 
 REQUEST_FLOAT_COLUMNS = ("arrival", "first_scheduled", "first_token", "finish")
 REQUEST_INT_COLUMNS = (
@@ -39,6 +41,8 @@ class Recorder:
         self.num_arrived = 0
         self._steps_flushed = 0
         self._sum_batch = 0
+        self._taken = 0  # rows handed over by request_columns(take=True)
+        self._steps_taken = False  # step ends handed over by itl_samples(take=True)
         self._f = {c: array("d") for c in REQUEST_FLOAT_COLUMNS}
         self._i = {c: array("q") for c in REQUEST_INT_COLUMNS}
         # string columns, sparse (row -> value; most are None)
@@ -46,10 +50,7 @@ class Recorder:
         self._tenant: dict[int, str] = {}
         self._cls: dict[int, str] = {}
         self._reason: dict[int, str] = {}
-        f, i = self._f, self._i
-        self._appends = (f["arrival"].append, f["first_scheduled"].append,
-                         f["first_token"].append, f["finish"].append,
-                         *(i[c].append for c in REQUEST_INT_COLUMNS))
+        self._bind_appends()
         # per step, kept for the whole run (12 bytes a step): its end and its ITL token count;
         # a step's gap is its end minus the previous step's end (0 before the first)
         self._step_end: list[np.ndarray] = []
@@ -69,9 +70,18 @@ class Recorder:
         self._r_count_rest = array("q")
         self._buf_cap = max(16, series_capacity)
         self.series = StepSeries(series_capacity)
+        # steps flushed but not yet in the series: it takes them in blocks of _buf_cap steps,
+        # so its bins sum the same floats in the same order however the steps were recorded
+        self._series_rest: list[np.ndarray] | None = None
         self.trace_steps = trace_steps
         self.kv: KVSeries | None = None  # KV memory use per step, when the run models memory
         self.steps: list[tuple[int, float, float, tuple[str | None, ...]]] = []
+
+    def _bind_appends(self) -> None:
+        f, i = self._f, self._i
+        self._appends: tuple = (f["arrival"].append, f["first_scheduled"].append,
+                                f["first_token"].append, f["finish"].append,
+                                *(i[c].append for c in REQUEST_INT_COLUMNS))
 
     # -- hot path -----------------------------------------------------------
     def record_request(self, req: Request) -> None:
@@ -171,7 +181,19 @@ class Recorder:
         self._sum_batch += int(seqs.sum())
         self._step_end.append(t1)
         self._itl_count.append(count)
-        self.series.add_steps(t0, t1, seqs.astype(np.float64), tokens, waiting)
+        self._to_series([t0, t1, seqs.astype(np.float64), tokens, waiting])
+
+    def _to_series(self, cols: list[np.ndarray], everything: bool = False) -> None:
+        """Give the series whole blocks of ``_buf_cap`` steps (with ``everything``, the rest
+        too), keeping the rest for the next call: step by step or in runs, the same blocks."""
+        rest = self._series_rest
+        if rest is not None:
+            cols = [np.concatenate([a, b]) for a, b in zip(rest, cols, strict=True)]
+        n = len(cols[0])
+        cut = n if everything else n - n % self._buf_cap
+        self._series_rest = [c[cut:] for c in cols] if cut < n else None
+        if cut:
+            self.series.add_steps(*(c[:cut] for c in cols))
 
     @property
     def num_steps(self) -> int:
@@ -198,7 +220,7 @@ class Recorder:
     # -- end of run ---------------------------------------------------------
     @property
     def num_recorded(self) -> int:
-        return len(self._i["id"])
+        return len(self._i["id"]) + self._taken
 
     def state_counts(self) -> dict[RequestState, int]:
         """Recorded requests by final state."""
@@ -211,40 +233,110 @@ class Recorder:
         return int(np.unique(np.frombuffer(self._i["id"], dtype=np.int64)).size) \
             if self._i["id"] else 0
 
-    def request_columns(self) -> dict[str, Any]:
-        """Per-request columns as numpy arrays (and lists for strings), sorted by request id."""
+    def request_columns(self, take: bool = False) -> dict[str, Any]:
+        """Per-request columns as numpy arrays (and lists for strings), sorted by request id.
+
+        With ``take`` the rows leave the recorder column by column as they are
+        copied (at millions of requests the run's end then holds them once, not
+        twice); :attr:`num_recorded` still counts them.
+        """
         ids = np.frombuffer(self._i["id"], dtype=np.int64) if self._i["id"] else np.zeros(0, int)
         order = np.argsort(ids, kind="stable")
+        del ids
         cols: dict[str, Any] = {}
-        for c, a in self._i.items():
-            cols[c] = np.array(a, dtype=np.int64)[order]
-        for c, a in self._f.items():
-            cols[c] = np.array(a, dtype=np.float64)[order]
-        idx = order.tolist()
+        if take:  # each column's array is dropped once copied (a view may still hold it)
+            self._appends = ()
+        for c in list(self._i):  # read in place, copied once, in id order
+            a = self._i[c]
+            cols[c] = np.frombuffer(a, dtype=np.int64)[order] if a else np.zeros(0, np.int64)
+            if take:
+                self._i[c] = array("q")
+        for c in list(self._f):
+            a = self._f[c]
+            cols[c] = np.frombuffer(a, dtype=np.float64)[order] if a else np.zeros(0)
+            if take:
+                self._f[c] = array("d")
+        del a
+        if take:
+            self._bind_appends()
+        n = len(order)
+        nones = [None] * n  # one list for every column without a value (read only)
+        where = None  # each row's position in id order
         for c, sparse in (("name", self._name), ("tenant", self._tenant), ("cls", self._cls),
                           ("reason", self._reason)):
-            cols[c] = [sparse.get(k) for k in idx] if sparse else [None] * len(idx)
+            if not sparse:
+                cols[c] = nones
+                continue
+            if where is None:
+                where = np.empty(n, dtype=np.int64)
+                where[order] = np.arange(n)
+            col = [None] * n
+            for k, v in sparse.items():
+                col[where[k]] = v
+            cols[c] = col
+            if take:
+                sparse.clear()
+        if take:
+            self._taken += n
         return cols
 
-    def _steps(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every step's end and ITL token count (flushed first)."""
+    def _steps(self, take: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Every step's end and ITL token count (flushed first); with ``take`` the recorder
+        lets go of each block of steps once copied."""
         self._flush()
-        ends = np.concatenate([np.zeros(0), *self._step_end])
-        counts = np.concatenate([np.zeros(0, np.int32), *self._itl_count])
+        if not take:
+            ends = np.concatenate([np.zeros(0), *self._step_end])
+            counts = np.concatenate([np.zeros(0, np.int32), *self._itl_count])
+            return ends, counts
+        chunks = list(zip(self._step_end, self._itl_count, strict=True))
+        self._step_end, self._itl_count = [], []
+        self._steps_taken = True
+        chunks.reverse()
+        ends = np.empty(self._steps_flushed)
+        counts = np.empty(self._steps_flushed, dtype=np.int32)
+        at = 0
+        while chunks:
+            e, c = chunks.pop()
+            ends[at:at + e.size] = e
+            counts[at:at + e.size] = c
+            at += e.size
         return ends, counts
 
-    def itl_samples(self) -> tuple[np.ndarray, np.ndarray]:
-        """Inter-token gaps as ``(gaps, counts)``: each gap occurred ``count`` times."""
-        ends, counts = self._steps()
+    def itl_samples(self, take: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Inter-token gaps as ``(gaps, counts)``: each gap occurred ``count`` times.
+
+        With ``take`` the recorder lets go of its per-step ends and counts
+        (:meth:`itl_times` then knows no steps): at the run's end they are
+        held once, as the gaps.
+        """
+        ends, counts = self._steps(take)
+        gaps = ends  # each step's end minus the previous one's (0 before the first), in place,
+        block = GAP_BLOCK  # a block at a time from the end: the ends below it are still whole
+        for hi in range(gaps.size, 1, -block):
+            lo = max(hi - block, 1)
+            gaps[lo:hi] -= ends[lo - 1:hi - 1]
         keep = counts > 0
-        gaps = np.diff(ends, prepend=0.0)[keep]
+        if not keep.all():  # steps without ITL tokens out, in place, a block at a time
+            kept = 0
+            for lo in range(0, gaps.size, block):
+                k = keep[lo:lo + block]
+                g, c = gaps[lo:lo + block][k], counts[lo:lo + block][k]
+                gaps[kept:kept + g.size] = g
+                counts[kept:kept + g.size] = c
+                kept += g.size
+            gaps, counts = gaps[:kept], counts[:kept]
+        del keep
+        if not self._extra_itl:  # the counts stay 32-bit (a step emits < 2**31 tokens)
+            return gaps, counts
         extra_gaps = np.array([g for g, _, _ in self._extra_itl], dtype=np.float64)
         extra_counts = np.array([c for _, c, _ in self._extra_itl], dtype=np.int64)
-        return (np.concatenate([gaps, extra_gaps]),
-                np.concatenate([counts[keep].astype(np.int64), extra_counts]))
+        return np.concatenate([gaps, extra_gaps]), np.concatenate([counts, extra_counts])
 
     def itl_times(self) -> np.ndarray:
         """End time of the step each :meth:`itl_samples` entry belongs to (same order)."""
+        if self._steps_taken:
+            raise ValueError("the steps were handed over by itl_samples(take=True): "
+                             "ask for itl_times() before")
         ends, counts = self._steps()
         idx = np.array([k for _, _, k in self._extra_itl], dtype=np.int64)
         extra = ends[np.minimum(idx, ends.size - 1)] if idx.size else np.zeros(0)
@@ -253,4 +345,6 @@ class Recorder:
     def series_rows(self) -> dict[str, np.ndarray]:
         """The bounded per-step series (see :class:`StepSeries`)."""
         self._flush()
+        if self._series_rest is not None:
+            self._to_series([np.zeros(0)] * 5, everything=True)
         return self.series.rows()

@@ -8,7 +8,7 @@ and hundreds of megabytes); the columns and their order are those of
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,18 +63,51 @@ def request_table(columns: Mapping[str, Any], variant: str | None = None) -> pa.
     return pa.table(cols)
 
 
-def write_requests_parquet(path: Path, tables: list[pa.Table]) -> None:
-    """Write the variants' tables one after another into one Parquet file (a row group or
-    more each), never holding their concatenation."""
+#: rows per Arrow table written at once: at ten million requests the whole table would
+#: cost more than a gigabyte beside the columns it is built from
+ROWS_PER_CHUNK = 1_000_000
+
+
+def request_tables(columns: Mapping[str, Any], variant: str | None = None,
+                   rows: int | None = None) -> Iterator[pa.Table]:
+    """:func:`request_table` of ``rows`` requests at a time (default :data:`ROWS_PER_CHUNK`;
+    one empty table for none)."""
+    rows = rows or ROWS_PER_CHUNK
+    n = len(columns["id"])
+    for lo in range(0, max(n, 1), rows):
+        yield request_table({k: v[lo:lo + rows] for k, v in columns.items()}, variant)
+
+
+def write_requests_parquet(path: Path, tables: Iterable[pa.Table],
+                           variants: Sequence[Mapping[str, Any]] = ()) -> None:
+    """Write ``tables`` one after another into one Parquet file (a row group or more each),
+    holding one at a time.
+
+    ``variants``: the request columns of every variant written, when they may differ in
+    their optional columns (``sent``, ``replica``): the file then has every column, in the
+    widest variant's order, null in the rows of variants without it.
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    # a column some variants lack is null in their rows; columns in the widest table's order
-    widest = max(tables, key=lambda t: t.num_columns)
-    schema = pa.unify_schemas([widest.schema, *(t.schema for t in tables)])
+    it = iter(tables)
+    first = next(it)
+    schema = first.schema
+    if variants:
+        empty = [request_table({k: v[:0] for k, v in c.items()}, "").schema for c in variants]
+        widest = max(empty, key=len)
+        schema = pa.unify_schemas([widest, *empty])
+        if first.schema.names[:1] != ["variant"]:
+            schema = schema.remove(schema.get_field_index("variant"))
+
+    def conform(t: pa.Table) -> pa.Table:
+        if t.schema == schema:
+            return t
+        return pa.table({f.name: t[f.name] if f.name in t.column_names
+                         else pa.nulls(len(t), f.type) for f in schema}, schema=schema)
+
     with pq.ParquetWriter(path, schema) as writer:
-        for t in tables:
-            if t.schema != schema:
-                t = pa.table({f.name: t[f.name] if f.name in t.column_names
-                              else pa.nulls(len(t), f.type) for f in schema}, schema=schema)
-            writer.write_table(t)
+        writer.write_table(conform(first))
+        del first
+        for t in it:
+            writer.write_table(conform(t))

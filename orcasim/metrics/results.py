@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from orcasim.metrics.request_table import request_table, write_requests_parquet
+from orcasim.metrics.request_table import request_table, request_tables, write_requests_parquet
 from orcasim.metrics.summary import extra_percentiles, merge_percentiles
 
 if TYPE_CHECKING:
@@ -296,7 +296,9 @@ class Results(Mapping[str, VariantResult]):
         written.append(p)
         written += self._write_tidy(out)
         p = out / "requests.parquet"
-        write_requests_parquet(p, [request_table(v.columns, n) for n, v in self.variants.items()])
+        write_requests_parquet(p, (t for n, v in self.variants.items()
+                                   for t in request_tables(v.columns, n)),
+                               [v.columns for v in self.variants.values()])
         written.append(p)
         if requests_csv:
             p = out / "requests.csv"

@@ -35,24 +35,29 @@ def weighted_percentiles(
     Equal to ``numpy.percentile(numpy.repeat(values, counts), qs)``.
     """
     keep = counts > 0
-    values, counts = values[keep], counts[keep]
+    if not keep.all():
+        values, counts = values[keep], counts[keep]
+    del keep
     if values.size == 0:
         return [float("nan")] * len(qs)
+    # at millions of samples: two arrays of the sample's size (the order and the running
+    # counts); the values are read only at the ranks asked for
     order = np.argsort(values, kind="stable")
-    v = values[order]
-    cum = np.cumsum(counts[order])
+    wide = int(counts.sum()) >= 2**31  # running counts past 2**31 need 64 bits
+    cum = counts[order].astype(np.int64 if wide else np.int32, copy=False)
+    np.cumsum(cum, out=cum)
     n = int(cum[-1])
     out = []
     for q in qs:
         virtual = (n - 1) * (np.float64(q) / 100)
         if virtual >= n - 1:
-            out.append(float(v[-1]))
+            out.append(float(values[order[-1]]))
             continue
         lo = int(np.floor(virtual))
         gamma = float(virtual - lo)
         # value at 0-based rank k of the expanded sample
-        a = v[np.searchsorted(cum, lo, side="right")]
-        b = v[np.searchsorted(cum, lo + 1, side="right")]
+        a = values[order[np.searchsorted(cum, lo, side="right")]]
+        b = values[order[np.searchsorted(cum, lo + 1, side="right")]]
         out.append(_lerp(float(a), float(b), gamma))
     return out
 

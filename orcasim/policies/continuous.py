@@ -23,6 +23,7 @@ class Continuous(KVDecodePolicy):
     """Admit FCFS at every step boundary while the batch has a free slot."""
 
     runs_unchanged = True
+    admits_every_step = True
 
     def has_room(self) -> bool:
         return self.batch.size < self.params.max_batch

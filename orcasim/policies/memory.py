@@ -44,6 +44,8 @@ from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
 from orcasim.policies.base import DecodeOnlyPolicy
 from orcasim.policies.common import MemoryParams
+from orcasim.policies.kv_runs import KVDecodeRuns
+from orcasim.policies.runs import DecodeRuns
 from orcasim.request import Request
 from orcasim.sched.decode_growth import DecodeGrowth
 
@@ -57,7 +59,7 @@ class KVPolicyParams(MemoryParams):
         "last_admitted", description="which running request is preempted")
 
 
-class KVDecodePolicy(DecodeOnlyPolicy):
+class KVDecodePolicy(KVDecodeRuns, DecodeOnlyPolicy):
     """A decode-only policy that respects ``ctx.kv`` when the scenario limits KV memory."""
 
     models_kv_memory: ClassVar[bool] = True
@@ -75,8 +77,9 @@ class KVDecodePolicy(DecodeOnlyPolicy):
             self.finished = DecodeOnlyPolicy.finished.__get__(self)  # type: ignore[method-assign]
             self.ready_plan = DecodeOnlyPolicy.ready_plan.__get__(self)  # type: ignore[method-assign]
             self.join = DecodeOnlyPolicy.join.__get__(self)  # type: ignore[method-assign]
+            self.decode_run = DecodeRuns.decode_run.__get__(self)  # type: ignore[method-assign]
+            self.complete_run = DecodeRuns.complete_run.__get__(self)  # type: ignore[method-assign]
             return
-        self.decode_run = None  # type: ignore[assignment]  # memory: step by step
         p: Any = params
         self.head_of_line = p.kv_admission == "head_of_line"
         self.swap = p.preemption == "swap"

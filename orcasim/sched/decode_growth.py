@@ -86,6 +86,54 @@ class DecodeGrowth:
             self.end_round(step)
         return None
 
+    def covered(self, step: int, limit: int) -> int:
+        """How many of the rounds ``step + 1``, ``step + 2``, ... (``limit`` at most) the free
+        blocks cover if nobody joins or leaves: a run of decode steps takes them one by one.
+
+        Counts every member of a round's phase, also one whose growth ends
+        before that round, so the answer may be short, never long. O(1) while
+        the free blocks cover every growing member's growth over the window.
+        """
+        free = self.alloc.num_free_blocks
+        bs = self.bs
+        phases = self.phases
+        if self._early or (limit and len(phases[(step + 1) % bs]) > free):
+            return 0
+        if free >= len(self._plan) * (limit // bs + 1):
+            return limit
+        for j in range(limit):
+            free -= len(phases[(step + 1 + j) % bs])
+            if free < 0:
+                return j
+        return limit
+
+    def run_rounds(self, step: int, k: int) -> tuple[list[int], list[int]]:
+        """The rounds ``step + 1`` to ``step + k``, which :meth:`covered` said the free blocks
+        cover: the free blocks and the allocator's internal slots after each.
+
+        The same effects as :meth:`round` once per step, for a run of decode steps.
+        """
+        alloc = self.alloc
+        phases = self.phases
+        bs = self.bs
+        ev = self._events
+        free = alloc.num_free_blocks
+        frees: list[int] = []
+        internals: list[int] = []
+        for s in range(step + 1, step + k + 1):
+            free -= len(phases[s % bs])
+            if ev and ev[0][0] <= s:
+                alloc.num_free_blocks = free
+                self.end_round(s)
+            frees.append(free)
+            internals.append(alloc.internal_slots)
+        if free < 0:
+            raise ValueError(f"rounds {step + 1} to {step + k} need more blocks than are free")
+        alloc.num_free_blocks = free
+        if k:
+            self.last_round = step + k
+        return frees, internals
+
     def begin_exact(self, due: dict[int, Request]) -> None:
         """The exact path starts: every due member still waits for its block."""
         self._pending = set(due)

@@ -87,6 +87,9 @@ class Ticket:
 class LiveSource(ArrivalSource):
     """``ctx.source`` of a live run: no scheduled arrivals, exhausted once the server stops."""
 
+    #: requests are submitted as they come, never held in a backlog
+    lazy = False
+
     def __init__(self) -> None:
         self.closed = False
 

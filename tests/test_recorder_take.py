@@ -1,0 +1,61 @@
+"""The recorder hands its request rows over at the run's end (held once, not twice)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import orcasim
+from orcasim.simulation import build_model, generate_workload
+
+
+def _ran(n: int = 300):
+    sc = orcasim.load_scenario("seed_orca").override(
+        {"workload.num_requests": n, "memory": {"block_size": 16, "num_blocks": 60}})
+    cfg = sc.variant("continuous")
+    m = build_model(cfg, generate_workload(cfg))
+    m.env.run()
+    return m.recorder
+
+
+def test_taken_columns_equal_read_ones_and_the_rows_leave():
+    rec = _ran()
+    read = rec.request_columns()
+    held = np.frombuffer(rec._i["state"], dtype=np.int64)  # a view still held elsewhere
+    taken = rec.request_columns(take=True)
+    assert read.keys() == taken.keys()
+    for name, col in read.items():
+        if isinstance(col, np.ndarray):
+            np.testing.assert_array_equal(col, taken[name], err_msg=name)
+        else:
+            assert col == taken[name], name
+    assert rec.num_recorded == 300 == len(taken["id"])
+    assert (taken["num_preemptions"] > 0).any()  # the pool is tight: preempted requests
+    assert held.size == 300  # the view kept its data
+    assert not rec._i["id"] and not rec._f["finish"]  # the recorder holds no rows now
+    assert len(rec.request_columns()["id"]) == 0
+
+
+def test_gaps_computed_in_place_block_by_block_equal_the_differences(monkeypatch):
+    from orcasim.metrics import recorder
+
+    rec = _ran()
+    ends, counts = rec._steps()
+    keep = counts > 0
+    assert not keep.all()  # steps without ITL tokens (only joiners) are left out in place
+    want = np.diff(ends, prepend=0.0)[keep]
+    monkeypatch.setattr(recorder, "GAP_BLOCK", 7)  # many blocks, one of a few steps
+    gaps, got_counts = rec.itl_samples(take=True)
+    np.testing.assert_array_equal(gaps[:want.size], want)
+    np.testing.assert_array_equal(got_counts[:want.size], counts[keep])
+    assert gaps.size > want.size  # the resumed requests' own gaps follow
+    assert rec.num_steps == ends.size and not rec._step_end  # the steps were let go
+    with pytest.raises(ValueError, match="ask for itl_times"):
+        rec.itl_times()
+
+
+def test_a_run_without_steps_hands_over_no_gaps():
+    from orcasim.metrics.recorder import Recorder
+
+    gaps, counts = Recorder().itl_samples(take=True)
+    assert gaps.size == 0 and counts.size == 0
