@@ -62,7 +62,7 @@ def run_pair(overrides: dict, n: int) -> list[dict]:
             "itl_times": rec.itl_times(), "series": rec.series_rows(),
             "num_steps": rec.num_steps, "sum_batch": rec.sum_batch,
             "busy": m.engine.busy_time, "now": m.env.now, "events": next(m.env._eid),
-            "kv_series": rec.kv.rows(), "kv_summary": policy.pool.summary(),
+            "kv_series": rec.kv.rows(), "kv": policy.pool.summary(),
             "blocks": ([b.block_id for b in kv.pool.free_queue],
                        {h: list(blocks) for h, blocks in kv.pool.cached.items()},
                        kv.pool.num_evictions, len(kv.hasher)),
@@ -74,7 +74,7 @@ def assert_same(slow: dict, fast: dict) -> None:
     assert_identical(slow, fast)
     for name, col in slow["kv_series"].items():
         np.testing.assert_array_equal(col, fast["kv_series"][name], err_msg=name)
-    assert slow["kv_summary"] == fast["kv_summary"]
+    assert slow["kv"] == fast["kv"]
     assert slow["blocks"] == fast["blocks"]
 
 
