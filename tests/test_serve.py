@@ -382,15 +382,6 @@ def test_cli_mistakes_are_one_line_errors(args, message, capsys):
     assert message in err and "Traceback" not in err
 
 
-def test_cli_refuses_a_cluster_scenario(capsys):
-    from orcasim.cli import main
-
-    assert main(["serve", "cluster_prefix_routing", "--no-plots"]) == 2
-    err = capsys.readouterr().err
-    assert "'cluster' section" in err and "Traceback" not in err
-    assert len(err.strip().splitlines()) == 1
-
-
 def test_cli_port_in_use_is_a_usage_error(capsys):
     import socket
 

@@ -100,10 +100,6 @@ def serve(args: argparse.Namespace) -> int:
     if name not in sc.variant_names:
         raise UsageError(f"--variant {name}: no variant {name!r} in {sc.source} "
                          f"(have: {', '.join(sc.variant_names)})")
-    if sc.variant(name).cluster is not None:
-        raise UsageError(f"{sc.source}: orcasim serve runs one engine; the scenario's 'cluster' "
-                         "section (replicas behind a router) cannot be served yet: remove it, "
-                         "or simulate the cluster with 'orcasim run'")
     out = check_output_dir(args.out if args.out is not None
                            else Path("orcasim-out") / f"{sc.name}-serve")
     count = token_counter(args.tokenizer) if args.tokenizer is not None else None
