@@ -16,7 +16,8 @@ request has emitted and reports the changed :class:`Ticket` objects in one
 call of ``notify`` (from the simulation thread: the receiver hands them to its
 own thread). *Lag* is the wall clock minus the simulated time when the thread
 acts on a step end or an arrival: 0 when the simulation keeps up, growing
-when the machine cannot simulate as fast as real time.
+when the machine cannot simulate as fast as real time. A scenario's cluster
+runs the same way in :class:`~orcasim.serve.live_cluster.LiveCluster`.
 """
 
 from __future__ import annotations
