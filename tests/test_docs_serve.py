@@ -33,6 +33,10 @@ def test_the_python_on_the_serve_page_runs(tmp_path, monkeypatch, capsys):
     assert ns["waiting"] == 8 and ns["replicas"] == 3
     out = capsys.readouterr().out
     assert "4.0 8.0 3" in out and "TTFT p50: client" in out
+    # the cluster example: round robin over two replicas, the offline replay's schedule
+    assert ns["cluster_cols"]["replica"] == ["r-0", "r-1", "r-0", "r-1"]
+    assert (ns["offline_cols"]["finish"] == ns["cluster_cols"]["finish"]).all()
+    assert "['r-0', 'r-1', 'r-0', 'r-1']\nTrue" in out
     # the load-tool example: 20 requests measured; the client is behind the simulation by
     # the HTTP overhead only
     client_ttft, offline_ttft = ns["ttft_ms"]

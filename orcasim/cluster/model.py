@@ -102,8 +102,10 @@ class ClusterModel:
 
 
 def build_cluster_model(cfg: VariantConfig, arrays: WorkloadArrays, *, trace_steps: bool = False,
-                        seed: int | None = None) -> ClusterModel:
-    """Build ``cfg``'s cluster on ``arrays``: replicas, router, source, engines."""
+                        seed: int | None = None,
+                        env: simpy.Environment | None = None) -> ClusterModel:
+    """Build ``cfg``'s cluster on ``arrays``: replicas, router, source, engines (in ``env``,
+    a new environment by default; ``orcasim serve`` passes a real-time one)."""
     from orcasim.simulation import _section
 
     cluster = cfg.cluster
@@ -115,7 +117,7 @@ def build_cluster_model(cfg: VariantConfig, arrays: WorkloadArrays, *, trace_ste
         raise ScenarioError("clients", "client patience and timeouts are not supported yet "
                             "with replica faults or disaggregation (requests move between "
                             "replicas)")
-    env = simpy.Environment()
+    env = simpy.Environment() if env is None else env
     replicas: list[Replica] = []
     for g_index, group in enumerate(cluster.groups):
         for name in group.replica_names():

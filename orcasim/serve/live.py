@@ -16,7 +16,8 @@ request has emitted and reports the changed :class:`Ticket` objects in one
 call of ``notify`` (from the simulation thread: the receiver hands them to its
 own thread). *Lag* is the wall clock minus the simulated time when the thread
 acts on a step end or an arrival: 0 when the simulation keeps up, growing
-when the machine cannot simulate as fast as real time.
+when the machine cannot simulate as fast as real time. A scenario's cluster
+runs the same way in :class:`~orcasim.serve.live_cluster.LiveCluster`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import simpy
 import simpy.rt
 
 from orcasim.metrics.results import VariantResult
+from orcasim.policies.base import Policy
 from orcasim.request import FINAL_STATES, Request, RequestState
 from orcasim.scenario import VariantConfig
 from orcasim.serve.metrics import ServeMetrics
@@ -125,13 +127,8 @@ class LiveSimulation:
         self.cfg = cfg
         self.notify = notify
         self.env = simpy.rt.RealtimeEnvironment(factor=factor, strict=False)
-        self.model: Model = build_model(cfg, _no_requests(), seed=seed, env=self.env,
-                                      api_server=False)
-        ctx = self.model.ctx
-        self.source = ctx.source = LiveSource()  # type: ignore[assignment]
-        ctx.on_end = self._ended
-        self._policy = self.model.policy
-        self._batch = getattr(self._policy, "batch", None)  # decode-only policies count lazily
+        self.source = LiveSource()
+        self._build(seed)
         self._cond = threading.Condition()
         self._inbox: deque[tuple[str, Ticket | None]] = deque()
         self._tickets: dict[int, Ticket] = {}  # request id -> ticket, while in flight
@@ -176,6 +173,16 @@ class LiveSimulation:
     def join(self, timeout: float | None = None) -> bool:
         """Wait for the thread to end; True if it has."""
         return self._stopped.wait(timeout)
+
+    def _build(self, seed: int) -> None:
+        """Build the model in ``self.env``, fed by ``self.source``, ending in ``_ended``."""
+        self.model: Model = build_model(self.cfg, _no_requests(), seed=seed, env=self.env,
+                                        api_server=False)
+        ctx = self.model.ctx
+        ctx.source = self.source  # type: ignore[assignment]
+        ctx.on_end = self._ended
+        self._policy = self.model.policy
+        self._batch = getattr(self._policy, "batch", None)  # decode-only policies count lazily
 
     def snapshot(self) -> dict[str, float]:
         """Current gauges for a metrics scrape (read without stopping the simulation)."""
@@ -257,16 +264,20 @@ class LiveSimulation:
                         cond.wait(wait)
                 continue
             step(env)
-            ctx = self.model.ctx
-            if ctx.last_step_end != self._last_step_end:
-                self._last_step_end = ctx.last_step_end
-                self._lag()
-                self._collect()
+            self._after_event()
             if self._changed:
                 changed, self._changed = self._changed, []
                 self.notify(changed)
             if self.source.closed:
                 return
+
+    def _after_event(self) -> None:
+        """After a simulated event: if the engine's step ended, measure lag, read tokens."""
+        ctx = self.model.ctx
+        if ctx.last_step_end != self._last_step_end:
+            self._last_step_end = ctx.last_step_end
+            self._lag()
+            self._collect(self._policy)
 
     def _receive(self, messages: list[tuple[str, Ticket | None]]) -> None:
         """Schedule each message at the simulated time of now (never before ``env.now``)."""
@@ -293,13 +304,23 @@ class LiveSimulation:
         ticket.arrival = env.now
         self._lag()
         self._tickets[req.id] = ticket
+        self._submit(req)
+
+    def _submit(self, req: Request) -> None:
         self.model.ctx.submit(req)
+
+    def _cancel_request(self, req: Request) -> None:
+        self.model.ctx.cancel(req, CLIENT_DISCONNECTED)
+
+    def _batch_of(self, req: Request) -> Any:
+        """The policy batch that counts ``req``'s tokens (``None``: the request counts them)."""
+        return self._batch
 
     def _cancel(self, ticket: Ticket) -> None:
         req = ticket.req
         if req is not None and req.state not in FINAL_STATES:
             self._sync_tokens(ticket, req)
-            self.model.ctx.cancel(req, CLIENT_DISCONNECTED)
+            self._cancel_request(req)
 
     def _stop(self, _event: simpy.Event) -> None:
         self.source.closed = True
@@ -331,8 +352,8 @@ class LiveSimulation:
         inter-token gaps into ``itl``, gap -> tokens, when given)."""
         if req.state == RequestState.FINISHED:
             n = req.output_len
-        elif self._batch is not None and req._batch_seq >= 0:
-            n = self._batch.output_tokens(req)
+        elif req._batch_seq >= 0 and (batch := self._batch_of(req)) is not None:
+            n = batch.output_tokens(req)
         else:
             n = req.num_output_tokens
         new = n - ticket.tokens
@@ -354,13 +375,13 @@ class LiveSimulation:
             self.generation_tokens += new
             ticket.tokens = n
 
-    def _collect(self) -> None:
-        """After a step: the running requests that emitted tokens."""
+    def _collect(self, policy: Policy) -> None:
+        """After a step of ``policy``'s engine: its running requests that emitted tokens."""
         tickets = self._tickets
         changed = self._changed
         sync = self._sync_tokens
         itl: dict[float, int] = {}
-        for req in self._policy.running_requests():
+        for req in policy.running_requests():
             ticket = tickets.get(req.id)
             if ticket is None:
                 continue
@@ -382,4 +403,7 @@ class LiveSimulation:
         if self._changed:
             changed, self._changed = self._changed, []
             self.notify(changed)
+        return self._result()
+
+    def _result(self) -> VariantResult:
         return variant_result(self.cfg, self.model, self.num_submitted)

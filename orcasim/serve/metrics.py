@@ -16,7 +16,12 @@ both a fraction in [0, 1] as in vLLM), ``vllm:num_preemptions_total``,
 ``vllm:e2e_request_latency_seconds`` and ``vllm:request_queue_time_seconds``.
 The simulator adds ``orcasim:realtime_lag_seconds`` (a histogram of wall clock
 minus simulated time at each step end and arrival) and
-``orcasim:requests_total`` by final state and reason.
+``orcasim:requests_total`` by final state and reason. Serving a cluster, the
+``vllm:`` gauges are the cluster's (running and waiting summed over replicas,
+KV usage the mean of the replicas' shares) and
+``orcasim:replica_num_requests_running``, ``..._waiting`` and
+``orcasim:replica_kv_cache_usage_perc`` give each replica's, labelled
+``replica``.
 """
 
 from __future__ import annotations
@@ -79,7 +84,7 @@ class ServeMetrics:
         self.success: dict[str, int] = {}  # finished_reason -> requests
 
 
-def collector(metrics: ServeMetrics, snapshot: Callable[[], dict[str, float]],
+def collector(metrics: ServeMetrics, snapshot: Callable[[], dict[str, Any]],
               model: str) -> Any:
     """A ``prometheus_client`` collector reading ``metrics`` and ``snapshot()`` at each scrape."""
     from prometheus_client.core import (
@@ -139,6 +144,19 @@ def collector(metrics: ServeMetrics, snapshot: Callable[[], dict[str, float]],
                             metrics.lag)
             yield gauge("orcasim:realtime_lag_latest_seconds", "The latest real-time lag.",
                         s["lag"])
+            per = s.get("replicas")
+            if per is not None:  # a cluster: each replica's gauges, labelled by its name
+                for k, (name, doc) in enumerate((
+                        ("orcasim:replica_num_requests_running", "Requests in the replica's "
+                         "running batch."),
+                        ("orcasim:replica_num_requests_waiting", "Requests waiting on the "
+                         "replica."),
+                        ("orcasim:replica_kv_cache_usage_perc", "The replica's KV-cache usage "
+                         "(1 = full)."))):
+                    g = GaugeMetricFamily(name, doc, labels=[*labels, "replica"])
+                    for row in per:
+                        g.add_metric([*values, row[0]], row[k + 1])
+                    yield g
             ended = CounterMetricFamily("orcasim:requests", "Requests by final state.",
                                         labels=[*labels, "state", "reason"])
             for (state, reason), n in sorted(metrics.ended.items()):

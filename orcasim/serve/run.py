@@ -33,10 +33,15 @@ def lag_summary(sim_lags: Sequence[float]) -> dict[str, float]:
 
 def make_server(cfg: VariantConfig, *, seed: int, lengths: Sequence[int], model: str,
                 count: Callable[[str], int] | None = None, factor: float = 1.0) -> SimServer:
-    """A server of ``cfg`` (not started): output lengths drawn in turn from ``lengths``."""
+    """A server of ``cfg`` (not started): output lengths drawn in turn from ``lengths``.
+    A configuration with a cluster serves the cluster (its router receives the requests)."""
+    from orcasim.serve.live_cluster import LiveCluster, check_servable
+
+    check_servable(cfg)
+    cls = LiveSimulation if cfg.cluster is None else LiveCluster
 
     def factory(notify: Callable[[list[Ticket]], None]) -> LiveSimulation:
-        return LiveSimulation(cfg, seed=seed, notify=notify, factor=factor)
+        return cls(cfg, seed=seed, notify=notify, factor=factor)
 
     return SimServer(factory, model=model, lengths=lengths, count=count)
 
