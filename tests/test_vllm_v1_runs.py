@@ -63,6 +63,7 @@ def run_pair(overrides: dict, n: int) -> list[dict]:
             "num_steps": rec.num_steps, "sum_batch": rec.sum_batch,
             "busy": m.engine.busy_time, "now": m.env.now, "events": next(m.env._eid),
             "kv_series": rec.kv.rows(), "kv": policy.pool.summary(),
+            "preemptions": m.ctx.preemption_summary(),
             "blocks": ([b.block_id for b in kv.pool.free_queue],
                        {h: list(blocks) for h, blocks in kv.pool.cached.items()},
                        kv.pool.num_evictions, len(kv.hasher)),
