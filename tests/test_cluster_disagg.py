@@ -42,6 +42,50 @@ def test_prefill_link_decode_exact_schedule():
     assert s["prefix_cache_hit_rate"] == 0.0  # transferred blocks are not cache hits
 
 
+def test_the_second_request_waits_for_the_decode_replicas_blocks():
+    # a decode pool of 5 usable blocks (6 with the null block): A (64 + 1 tokens) takes all
+    # five, so B cannot reserve its two full prompt blocks until A ends
+    raw = {**PD, "cluster": {**PD["cluster"], "groups": [
+        {"name": "p", "role": "prefill"},
+        {"name": "d", "role": "decode", "policy": {**VLLM, "num_blocks": 6}}]}}
+    (v,) = simulate(Scenario(raw)).values()
+    df = v.requests
+    # prefill: both first tokens at 1. A reserves its 4 full prompt blocks at once and moves
+    # over the link in 0.25 + 0.064 s -> 1.314; the decode replica runs it (the 4 blocks as
+    # cache hits plus one new block: the pool is full) in [1.314, 2.314] and [2.314, 3.314].
+    # B waits for its 2 blocks until A's are freed at 3.314 (2.314 s, holding its prefill
+    # blocks), moves in 0.29 s -> 3.604 and runs its second token in [3.604, 4.604]
+    assert df["kv_reserve_wait"].tolist() == pytest.approx([0.0, 2.314])
+    assert df["kv_link_wait"].tolist() == [0.0, 0.0]
+    assert df["kv_transfer_time"].tolist() == pytest.approx([0.314, 0.29])
+    assert df["decode_start"].tolist() == pytest.approx([1.314, 3.604])
+    assert df["finish"].tolist() == pytest.approx([3.314, 4.604])
+    s = v.summary
+    assert s["kv_reserve_wait_mean"] == pytest.approx(2.314 / 2)
+    assert s["kv_transfer_wait_mean"] == 0.0
+    assert s["replica.d.num_preemptions"] == 0  # nothing was evicted and recomputed
+    assert s["replica.d.kv_peak_usage"] == 1.0
+
+
+def test_reserved_blocks_are_held_until_the_decode_replica_schedules_the_request():
+    from orcasim.cluster.model import build_cluster_model
+    from orcasim.simulation import generate_workload
+
+    raw = {**PD, "cluster": {**PD["cluster"], "groups": [
+        {"name": "p", "role": "prefill"},
+        {"name": "d", "role": "decode", "policy": {**VLLM, "num_blocks": 6}}]}}
+    cfg = Scenario(raw).variants[0]
+    m = build_cluster_model(cfg, generate_workload(cfg, cfg.seed), seed=cfg.seed)
+    p, d = m.replicas
+    pre, dec = p.prefix_cache().pool, d.prefix_cache().pool
+    m.env.run(until=1.2)  # A in transfer, B waiting for blocks: both hold their prefill blocks
+    assert pre.num_held_blocks == 6 and dec.num_held_blocks == 4
+    m.env.run(until=3.4)  # A done; B's transfer: its 2 prefill and 2 decode blocks held
+    assert pre.num_held_blocks == 2 and dec.num_held_blocks == 2
+    m.env.run()
+    assert pre.num_held_blocks == 0 and dec.num_held_blocks == 0
+
+
 def test_a_one_token_request_ends_on_the_prefill_replica():
     raw = {**PD, "workload": {"type": "list", "requests": [
         {"name": "A", "arrival": 0, "prompt_len": 64, "output_len": 1}]}}

@@ -97,6 +97,8 @@ def cluster_result(cfg: VariantConfig, m: ClusterModel, trace_steps: bool) -> Va
             times.append(t)
     parts.append((None, m.router.recorder.request_columns()))
     cols = _merge_columns(parts)
+    if m.disagg is not None:
+        cols.update(m.disagg.request_columns(cols["id"]))
     itl = (np.concatenate([g for g, _ in itls]), np.concatenate([c for _, c in itls]))
     slot_caps = {_slots(r) for r in reps}
     busy_total = sum(r.busy_time for r in reps)
