@@ -42,12 +42,16 @@ def test_prefill_link_decode_exact_schedule():
     assert s["prefix_cache_hit_rate"] == 0.0  # transferred blocks are not cache hits
 
 
+def _small_decode():
+    return {**PD, "cluster": {**PD["cluster"], "groups": [
+        {"name": "p", "role": "prefill"},
+        {"name": "d", "role": "decode", "policy": {**VLLM, "num_blocks": 6}}]}}
+
+
 def test_the_second_request_waits_for_the_decode_replicas_blocks():
     # a decode pool of 5 usable blocks (6 with the null block): A (64 + 1 tokens) takes all
     # five, so B cannot reserve its two full prompt blocks until A ends
-    raw = {**PD, "cluster": {**PD["cluster"], "groups": [
-        {"name": "p", "role": "prefill"},
-        {"name": "d", "role": "decode", "policy": {**VLLM, "num_blocks": 6}}]}}
+    raw = _small_decode()
     (v,) = simulate(Scenario(raw)).values()
     df = v.requests
     # prefill: both first tokens at 1. A reserves its 4 full prompt blocks at once and moves
@@ -71,9 +75,7 @@ def test_reserved_blocks_are_held_until_the_decode_replica_schedules_the_request
     from orcasim.cluster.model import build_cluster_model
     from orcasim.simulation import generate_workload
 
-    raw = {**PD, "cluster": {**PD["cluster"], "groups": [
-        {"name": "p", "role": "prefill"},
-        {"name": "d", "role": "decode", "policy": {**VLLM, "num_blocks": 6}}]}}
+    raw = _small_decode()
     cfg = Scenario(raw).variants[0]
     m = build_cluster_model(cfg, generate_workload(cfg, cfg.seed), seed=cfg.seed)
     p, d = m.replicas
@@ -131,3 +133,33 @@ def test_link_sized_from_the_model():
     assert cfg.bytes_per_token == 131072  # 32 layers x 8 KV heads x 128 x 2 x 2 bytes
     (v,) = simulate(Scenario(raw)).values()
     assert v.summary["num_finished"] == 2
+
+
+
+def test_per_replica_kv_series_and_the_ttft_breakdown(tmp_path):
+    import numpy as np
+    import pandas as pd
+
+    from orcasim.metrics.cluster_plots import STAGES, stage_means
+
+    res = simulate(Scenario(_small_decode()))
+    (v,) = res.values()
+    kv = v.kv_usage
+    # one KV row per step of each replica: the prefill step [0, 1] holds both prompts
+    # (64 and 40 tokens: 4 + 3 blocks), the decode replica A's two steps (65 and 66 tokens:
+    # 5 blocks, its whole pool) and B's (41 tokens: 3 blocks)
+    assert kv["replica"].tolist() == ["p", "d", "d", "d"]
+    assert kv["t_start"].tolist() == pytest.approx([0.0, 1.314, 2.314, 3.604])
+    assert kv["allocated"].tolist() == [112.0, 80.0, 80.0, 48.0]
+    assert v.summary["replica.d.kv_capacity_tokens"] == 80
+    # stages, means over A and B: no prefill queue, prefill 1 s, reservation (0 + 2.314) / 2,
+    # no link queue, transfer (0.314 + 0.29) / 2, and no decode queue
+    assert stage_means(v.columns) == pytest.approx([0, 1.0, 1.157, 0, 0.302, 0])
+    assert len(STAGES) == 6
+    written = res.write(tmp_path)
+    assert tmp_path / "ttft_breakdown.png" in written and tmp_path / "replicas.png" in written
+    assert tmp_path / "kv_usage.png" not in written  # a cluster's KV is in replicas.png
+    csv = pd.read_csv(tmp_path / "kv.csv")
+    assert csv["replica"].tolist() == ["p", "d", "d", "d"]
+    table = pd.read_parquet(tmp_path / "requests.parquet")
+    assert np.allclose(table["kv_reserve_wait"], [0.0, 2.314])
