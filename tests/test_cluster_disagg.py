@@ -49,15 +49,15 @@ def _small_decode():
 
 
 def test_the_second_request_waits_for_the_decode_replicas_blocks():
-    # a decode pool of 5 usable blocks (6 with the null block): A (64 + 1 tokens) takes all
-    # five, so B cannot reserve its two full prompt blocks until A ends
+    # a decode pool of 5 usable blocks (6 with the null block): A (64 + 1 tokens) reserves
+    # all five, so B cannot reserve its 2 full prompt blocks and its tail block until A ends
     raw = _small_decode()
     (v,) = simulate(Scenario(raw)).values()
     df = v.requests
-    # prefill: both first tokens at 1. A reserves its 4 full prompt blocks at once and moves
-    # over the link in 0.25 + 0.064 s -> 1.314; the decode replica runs it (the 4 blocks as
-    # cache hits plus one new block: the pool is full) in [1.314, 2.314] and [2.314, 3.314].
-    # B waits for its 2 blocks until A's are freed at 3.314 (2.314 s, holding its prefill
+    # prefill: both first tokens at 1. A reserves its 4 full prompt blocks and a tail block
+    # at once and moves over the link in 0.25 + 0.064 s -> 1.314; the decode replica runs it
+    # (the 4 blocks as cache hits plus the tail block) in [1.314, 2.314] and [2.314, 3.314].
+    # B waits for its 3 blocks until A's are freed at 3.314 (2.314 s, holding its prefill
     # blocks), moves in 0.29 s -> 3.604 and runs its second token in [3.604, 4.604]
     assert df["kv_reserve_wait"].tolist() == pytest.approx([0.0, 2.314])
     assert df["kv_link_wait"].tolist() == [0.0, 0.0]
@@ -81,9 +81,10 @@ def test_reserved_blocks_are_held_until_the_decode_replica_schedules_the_request
     p, d = m.replicas
     pre, dec = p.prefix_cache().pool, d.prefix_cache().pool
     m.env.run(until=1.2)  # A in transfer, B waiting for blocks: both hold their prefill blocks
-    assert pre.num_held_blocks == 6 and dec.num_held_blocks == 4
-    m.env.run(until=3.4)  # A done; B's transfer: its 2 prefill and 2 decode blocks held
-    assert pre.num_held_blocks == 2 and dec.num_held_blocks == 2
+    # (A's 4 full blocks and the one for its last token on the decode replica: all five)
+    assert pre.num_held_blocks == 6 and dec.num_held_blocks == 5
+    m.env.run(until=3.4)  # A done; B's transfer: its 2 prefill and 2 + 1 decode blocks held
+    assert pre.num_held_blocks == 2 and dec.num_held_blocks == 3
     m.env.run()
     assert pre.num_held_blocks == 0 and dec.num_held_blocks == 0
 

@@ -8,9 +8,12 @@ cache then moves to the decode replica with the fewest outstanding requests:
 1. **Reservation.** The request holds its full prompt blocks on the prefill
    replica (a reference on each cached block) and waits, first come first
    served among transfers to that replica, until the decode replica's block
-   pool can give it every full prompt block: blocks it already caches are
-   referenced, the others taken from the free queue (evicting cached ones).
-   The wait is the request's ``kv_reserve_wait``.
+   pool can give it every block it needs to be scheduled there: its full
+   prompt blocks (a reference on those it already caches, new blocks,
+   evicting cached free ones, for the others) and one block for the last
+   partial block and the next token. Free blocks promised to transferred
+   requests not yet scheduled are not counted. The wait is the request's
+   ``kv_reserve_wait``.
 2. **Transfer** over the cluster's ``link``: a SimPy resource with
    ``concurrency`` parallel transfers, each taking ``latency_s + prompt
    tokens x bytes per token / bandwidth`` (``kv_link_wait`` queueing for the
@@ -18,14 +21,15 @@ cache then moves to the decode replica with the fewest outstanding requests:
    blocks are let go (they stay in its prefix cache) and the reserved blocks
    carry the prompt's hashes in the decode replica's prefix cache.
 3. **Decode.** The request joins the decode replica's queue, still holding
-   its reserved blocks, so they cannot be evicted; when the decode replica
-   schedules it (``decode_start``) the scheduler finds them as cached blocks
-   and the hold is let go. It computes only the last partial block and the
-   token after the first.
+   its full blocks, so they cannot be evicted; its tail block goes back to
+   the free queue, promised to it. When the decode replica schedules it
+   (``decode_start``) the scheduler finds the full blocks as cached ones and
+   takes the free one; the hold and the promise end. It computes only the
+   last partial block and the token after the first.
 
 TTFT is the prefill replica's first token; the gap to the second token
 (reservation, link queue, transfer and decode queue) counts as an
-inter-token latency. A prompt with more full blocks than the decode
+inter-token latency. A request needing more blocks than the decode
 replica's whole pool reserves nothing (its blocks are recomputed there).
 
 Both roles run ``vllm-v1`` (its block-level prefix cache receives the KV).
@@ -94,6 +98,8 @@ class Disaggregation:
         #: request id -> (prefill end, reservation wait, link wait, transfer time, decode start)
         self.times: dict[int, list[float]] = {}
         self._dest: dict[int, int] = {}  # request id -> its decode replica's index
+        #: per decode replica: free blocks promised to transferred requests not yet scheduled
+        self._promised = {r.index: 0 for r in self.decode}
         router = model.router
         router.dynamic = True  # a request in transfer is still on its way
         router.prepare = self._to_prefill
@@ -139,7 +145,7 @@ class Disaggregation:
         with self._turn[dest.index].request() as turn:
             yield turn
             while True:
-                held = reserve(dest, req)
+                held = reserve(dest, req, self._promised[dest.index])
                 if held is not None:
                     break
                 yield dest.ctx.kv.freed
@@ -156,13 +162,17 @@ class Disaggregation:
         self.transfer_time += env.now - t2
         self.times[req.id] = [t0, t1 - t0, t2 - t1, env.now - t2, float("nan")]
         release(src, src_blocks)
-        blocks, hashes = held
-        pool = dest.prefix_cache().pool
-        for b, h in zip(blocks, hashes, strict=True):
-            if b.block_hash is None:
-                pool.cache_block(b, h)
-        if blocks:
+        blocks, hashes, tail = held
+        if tail:
+            pool = dest.prefix_cache().pool
+            for b, h in zip(blocks, hashes, strict=True):
+                if b.block_hash is None:
+                    pool.cache_block(b, h)
             self._held[req.id] = (dest, blocks)
+            # the tail block goes back to the free queue, promised to this request: other
+            # reservations leave it to the decode scheduler, which takes it at admission
+            pool.free_blocks(tail)
+            self._promised[dest.index] += 1
         dest.ctx.submit(req)
 
     def _admitted(self, req: Request) -> None:
@@ -173,6 +183,7 @@ class Disaggregation:
             t[4] = self._step_start(req)
         held = self._held.pop(req.id, None)
         if held is not None:
+            self._promised[held[0].index] -= 1
             release(*held)
 
     def _step_start(self, req: Request) -> float:
@@ -224,27 +235,31 @@ def hold_prompt_blocks(r: Replica, req: Request) -> list[Block]:
     return blocks
 
 
-def reserve(r: Replica, req: Request) -> tuple[list[Block], list[Any]] | None:
-    """Take every full prompt block of ``req`` on decode replica ``r``: a reference on the
-    cached ones, new blocks (evicting cached free ones) for the rest; ``None`` (nothing
-    taken) if the pool cannot give them now. A prompt larger than the pool reserves nothing."""
+def reserve(r: Replica, req: Request, promised: int = 0
+            ) -> tuple[list[Block], list[Any], list[Block]] | None:
+    """Take the blocks ``req`` needs to be scheduled on decode replica ``r``: a reference on
+    its full prompt blocks already cached there, new blocks (evicting cached free ones) for
+    the other full ones, and one new block for the last partial block and the next token.
+    Returns (full blocks, their hashes, [tail block]), or ``None`` (nothing taken) if the
+    pool's free blocks less the ``promised`` ones cannot give them now. A request needing
+    more blocks than the whole pool reserves nothing."""
     mgr, hashes = _prompt_blocks(r, req)
-    if mgr is None or not hashes:
-        return [], []
+    if mgr is None:
+        return [], [], []
     pool = mgr.pool
-    if len(hashes) > pool.num_usable_blocks:
-        return [], []
+    if len(hashes) + 1 > pool.num_usable_blocks:
+        return [], [], []
     cached = [pool.get_cached_block(h) for h in hashes]
     revived = sum(1 for b in cached if b is not None and b.ref_cnt == 0)
     missing = [i for i, b in enumerate(cached) if b is None]
-    if pool.num_free_blocks - revived < len(missing):
+    if pool.num_free_blocks - revived - promised < len(missing) + 1:
         return None
     pool.touch([b for b in cached if b is not None])
-    new = pool.get_new_blocks(len(missing))
+    new = pool.get_new_blocks(len(missing) + 1)
     assert new is not None
-    for i, b in zip(missing, new, strict=True):
+    for i, b in zip(missing, new[:-1], strict=True):
         cached[i] = b
-    return cached, hashes  # type: ignore[return-value]
+    return cached, hashes, new[-1:]  # type: ignore[return-value]
 
 
 def release(r: Replica, blocks: list[Block]) -> None:
