@@ -71,7 +71,7 @@ def test_the_second_request_waits_for_the_decode_replicas_blocks():
     assert s["replica.d.kv_peak_usage"] == 1.0
 
 
-def test_reserved_blocks_are_held_until_the_decode_replica_schedules_the_request():
+def test_blocks_are_held_on_both_sides_during_the_transfer():
     from orcasim.cluster.model import build_cluster_model
     from orcasim.simulation import generate_workload
 
@@ -164,3 +164,24 @@ def test_per_replica_kv_series_and_the_ttft_breakdown(tmp_path):
     assert csv["replica"].tolist() == ["p", "d", "d", "d"]
     table = pd.read_parquet(tmp_path / "requests.parquet")
     assert np.allclose(table["kv_reserve_wait"], [0.0, 2.314])
+
+
+def test_a_request_preempted_on_the_decode_replica_is_not_stuck_behind_reservations():
+    # 3 prefill replicas feeding one decode replica over a slow link: the decode replica
+    # preempts requests (kv_full) while transfers hold reserved blocks; every request ends
+    from importlib import resources
+
+    import yaml
+
+    import orcasim
+
+    raw = yaml.safe_load((resources.files("orcasim.scenarios") / "disaggregation.yaml")
+                         .read_text())
+    raw["variants"] = {"3p1d": {**raw["variants"]["3p1d"],
+                                "cluster.link": {"bandwidth_gb_s": 0.5, "concurrency": 4}}}
+    raw["workload"]["arrival"]["rate"] = 16
+    (v,) = simulate(orcasim.Scenario(raw), seed=5359369296615874651).values()
+    s = v.summary
+    assert s["num_finished"] == 150 and s["num_kv_transfers"] == 150
+    assert s["replica.d.num_preemptions"] == 2
+    assert s["kv_reserve_wait_mean"] == pytest.approx(1.0066190615076696)

@@ -11,21 +11,24 @@ cache then moves to the decode replica with the fewest outstanding requests:
    pool can give it every block it needs to be scheduled there: its full
    prompt blocks (a reference on those it already caches, new blocks,
    evicting cached free ones, for the others) and one block for the last
-   partial block and the next token. Free blocks promised to transferred
-   requests not yet scheduled are not counted. The wait is the request's
+   partial block and the next token. The wait is the request's
    ``kv_reserve_wait``.
 2. **Transfer** over the cluster's ``link``: a SimPy resource with
    ``concurrency`` parallel transfers, each taking ``latency_s + prompt
    tokens x bytes per token / bandwidth`` (``kv_link_wait`` queueing for the
    link, ``kv_transfer_time`` on it). When it ends, the prefill replica's
-   blocks are let go (they stay in its prefix cache) and the reserved blocks
-   carry the prompt's hashes in the decode replica's prefix cache.
-3. **Decode.** The request joins the decode replica's queue, still holding
-   its full blocks, so they cannot be evicted; its tail block goes back to
-   the free queue, promised to it. When the decode replica schedules it
-   (``decode_start``) the scheduler finds the full blocks as cached ones and
-   takes the free one; the hold and the promise end. It computes only the
-   last partial block and the token after the first.
+   blocks are let go (they stay in its prefix cache) and the reserved full
+   blocks carry the prompt's hashes in the decode replica's prefix cache.
+3. **Decode.** The request joins the decode replica's queue and its
+   reserved blocks go back to the free queue (the full ones cached, evicted
+   last) without waking other reservations, so the decode scheduler sees
+   them first: when it schedules the request (``decode_start``) it finds the
+   full blocks as cached ones and computes only the last partial block and
+   the token after the first. Blocks evicted before then (by requests ahead
+   of it in the decode replica's own order, e.g. one preempted there) are
+   recomputed. Holding them until then instead could deadlock: a request
+   preempted on the decode replica waits at the head of its queue for
+   blocks that the queued transfers behind it hold.
 
 TTFT is the prefill replica's first token; the gap to the second token
 (reservation, link queue, transfer and decode queue) counts as an
@@ -94,12 +97,9 @@ class Disaggregation:
         #: transfers waiting for (or holding) each decode replica's reservation turn
         self._turn = {r.index: simpy.Resource(self.env, capacity=1) for r in self.decode}
         #: request id -> (replica, blocks) held on the decode replica until it is scheduled
-        self._held: dict[int, tuple[Replica, list[Block]]] = {}
         #: request id -> (prefill end, reservation wait, link wait, transfer time, decode start)
         self.times: dict[int, list[float]] = {}
         self._dest: dict[int, int] = {}  # request id -> its decode replica's index
-        #: per decode replica: free blocks promised to transferred requests not yet scheduled
-        self._promised = {r.index: 0 for r in self.decode}
         router = model.router
         router.dynamic = True  # a request in transfer is still on its way
         router.prepare = self._to_prefill
@@ -145,7 +145,7 @@ class Disaggregation:
         with self._turn[dest.index].request() as turn:
             yield turn
             while True:
-                held = reserve(dest, req, self._promised[dest.index])
+                held = reserve(dest, req)
                 if held is not None:
                     break
                 yield dest.ctx.kv.freed
@@ -168,23 +168,16 @@ class Disaggregation:
             for b, h in zip(blocks, hashes, strict=True):
                 if b.block_hash is None:
                     pool.cache_block(b, h)
-            self._held[req.id] = (dest, blocks)
-            # the tail block goes back to the free queue, promised to this request: other
-            # reservations leave it to the decode scheduler, which takes it at admission
-            pool.free_blocks(tail)
-            self._promised[dest.index] += 1
+            # back to the free queue without waking the reservations waiting for memory:
+            # the decode scheduler, woken by the arrival, sees the blocks first
+            pool.free_blocks([*tail, *reversed(blocks)])
         dest.ctx.submit(req)
 
     def _admitted(self, req: Request) -> None:
-        """A decode replica scheduled ``req``: its scheduler references the reserved blocks
-        now, so the hold is let go; the step it runs in starts at ``decode_start``."""
+        """A decode replica scheduled ``req``: the step it runs in starts at ``decode_start``."""
         t = self.times.get(req.id)
         if t is not None and t[4] != t[4]:
             t[4] = self._step_start(req)
-        held = self._held.pop(req.id, None)
-        if held is not None:
-            self._promised[held[0].index] -= 1
-            release(*held)
 
     def _step_start(self, req: Request) -> float:
         ctx = self.model.replicas[self._dest[req.id]].ctx
@@ -235,14 +228,13 @@ def hold_prompt_blocks(r: Replica, req: Request) -> list[Block]:
     return blocks
 
 
-def reserve(r: Replica, req: Request, promised: int = 0
-            ) -> tuple[list[Block], list[Any], list[Block]] | None:
+def reserve(r: Replica, req: Request) -> tuple[list[Block], list[Any], list[Block]] | None:
     """Take the blocks ``req`` needs to be scheduled on decode replica ``r``: a reference on
     its full prompt blocks already cached there, new blocks (evicting cached free ones) for
     the other full ones, and one new block for the last partial block and the next token.
     Returns (full blocks, their hashes, [tail block]), or ``None`` (nothing taken) if the
-    pool's free blocks less the ``promised`` ones cannot give them now. A request needing
-    more blocks than the whole pool reserves nothing."""
+    pool cannot give them now. A request needing more blocks than the whole pool reserves
+    nothing."""
     mgr, hashes = _prompt_blocks(r, req)
     if mgr is None:
         return [], [], []
@@ -252,7 +244,7 @@ def reserve(r: Replica, req: Request, promised: int = 0
     cached = [pool.get_cached_block(h) for h in hashes]
     revived = sum(1 for b in cached if b is not None and b.ref_cnt == 0)
     missing = [i for i, b in enumerate(cached) if b is None]
-    if pool.num_free_blocks - revived - promised < len(missing) + 1:
+    if pool.num_free_blocks - revived < len(missing) + 1:
         return None
     pool.touch([b for b in cached if b is not None])
     new = pool.get_new_blocks(len(missing) + 1)
