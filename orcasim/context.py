@@ -89,6 +89,8 @@ class SchedulerContext:
         self.clients: Clients | None = None
         #: called with each request as it reaches its final state (closed-loop sources)
         self.on_end: Callable[[Request], None] | None = None
+        #: called with each request as it first joins the batch (disaggregation's KV hold)
+        self.on_admit: Callable[[Request], None] | None = None
         self._arrival: simpy.Event | None = None
         self._step_end: simpy.Event | None = None
         self._admitted: simpy.Event | None = None
@@ -243,6 +245,8 @@ class SchedulerContext:
             now = self.env._now
             req.first_scheduled = now if self.busy_until <= now else self.busy_until
             self.num_started += 1
+        if self.on_admit is not None:
+            self.on_admit(req)
         ev = self._admitted
         if ev is not None:
             self._admitted = None

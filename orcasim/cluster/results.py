@@ -32,7 +32,7 @@ REPLICA_METRICS = (
     "num_requests", "num_finished", "num_rejected", "num_aborted", "routed_share",
     "throughput_tok_s", "queue_delay_p50", "queue_delay_p99", "ttft_p50", "ttft_p99",
     "tpot_p50", "tpot_p99", "e2e_p50", "e2e_p99", "busy_fraction", "mean_batch_size",
-    "num_preemptions", "kv_peak_usage", "prefix_cache_hit_rate",
+    "num_preemptions", "kv_peak_usage", "kv_capacity_tokens", "prefix_cache_hit_rate",
 )
 #: engine-side keys summed over replicas (counts, bytes, seconds, capacities)
 _SUM_KEYS = ("num_preemptions", "num_recomputed_tokens", "kv_num_blocks", "kv_capacity_tokens",
@@ -97,6 +97,8 @@ def cluster_result(cfg: VariantConfig, m: ClusterModel, trace_steps: bool) -> Va
             times.append(t)
     parts.append((None, m.router.recorder.request_columns()))
     cols = _merge_columns(parts)
+    if m.disagg is not None:
+        cols.update(m.disagg.request_columns(cols["id"]))
     itl = (np.concatenate([g for g, _ in itls]), np.concatenate([c for _, c in itls]))
     slot_caps = {_slots(r) for r in reps}
     busy_total = sum(r.busy_time for r in reps)
@@ -182,7 +184,8 @@ def _combine_engine(per: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _series(reps: list[Replica]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray] | None]:
-    """One replica: its own series; several: every replica's rows with a ``replica`` index."""
+    """One replica: its own series; several: every replica's rows with a ``replica`` column
+    (its index in the step series, its name in the KV series)."""
     rows = [r.recorder.series_rows() for r in reps]
     kv = [r.recorder.kv.rows() if r.recorder.kv is not None else None for r in reps]
     if len(reps) == 1:
@@ -190,7 +193,13 @@ def _series(reps: list[Replica]) -> tuple[dict[str, np.ndarray], dict[str, np.nd
     series = {k: np.concatenate([s[k] for s in rows]) for k in rows[0]}
     series["replica"] = np.concatenate([np.full(len(next(iter(s.values()))), i)
                                         for i, s in enumerate(rows)])
-    return series, None
+    kv_rows = [(r.name, k) for r, k in zip(reps, kv, strict=True) if k is not None]
+    if not kv_rows:
+        return series, None
+    kv_series = {k: np.concatenate([s[k] for _, s in kv_rows]) for k in kv_rows[0][1]}
+    kv_series["replica"] = np.concatenate([np.full(len(s["t_start"]), name, dtype=object)
+                                           for name, s in kv_rows])
+    return series, kv_series
 
 
 def _steps(reps: list[Replica]) -> list[tuple[int, float, float, tuple[str | None, ...]]]:

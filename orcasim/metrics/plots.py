@@ -298,11 +298,12 @@ def cluster_totals(d: Any, bins: int = 400) -> Any:
 
 
 def replicas_figure(results: Results) -> Figure:
-    """Per replica: requests routed to it, and its queue length over time (cluster runs)."""
+    """Per replica: requests routed to it, its queue length and its KV memory use over time
+    (cluster runs)."""
     plt = _pyplot()
     names = [n for n in results if "num_replicas" in results[n].summary]
-    fig, axes = plt.subplots(len(names), 2, figsize=(11, 2.6 * len(names) + 0.9),
-                             squeeze=False, gridspec_kw={"width_ratios": [1, 2.2]})
+    fig, axes = plt.subplots(len(names), 3, figsize=(15, 2.6 * len(names) + 0.9),
+                             squeeze=False, gridspec_kw={"width_ratios": [1, 2.2, 2.2]})
     unit = time_unit(results)
     for row, name in zip(axes, names, strict=True):
         v = results[name]
@@ -322,14 +323,23 @@ def replicas_figure(results: Results) -> Figure:
         row[1].grid(True, alpha=0.3)
         if len(shares) <= 8:
             row[1].legend(fontsize="x-small", loc="upper right")
+        from orcasim.metrics.cluster_plots import replica_kv
+
+        replica_kv(row[2], v, list(shares))
     axes[-1, 1].set_xlabel(f"time ({unit})")
-    return _finish(fig, f"{run_title(results)}\nrouting and per-replica queue length")
+    axes[-1, 2].set_xlabel(f"time ({unit})")
+    return _finish(fig, f"{run_title(results)}\nrouting, per-replica queue length and KV use")
+
+
+def single_kv(v: Any) -> bool:
+    """True if ``v`` has one engine's KV series (a cluster's has a ``replica`` column)."""
+    return v.kv_series is not None and "replica" not in v.kv_series
 
 
 def kv_timeline(results: Results) -> Figure:
     """KV memory allocated and holding tokens, % of capacity, over time (memory runs)."""
     plt = _pyplot()
-    names = [n for n in results if results[n].kv_series is not None]
+    names = [n for n in results if single_kv(results[n])]
     unit = time_unit(results)
     fig, axes = plt.subplots(len(names), 1, figsize=(9, 2.2 * len(names) + 0.9), sharex=True,
                              squeeze=False)
@@ -354,10 +364,14 @@ def write_all(results: Results, out: Path) -> list[Path]:
     plt = _pyplot()
     paths = []
     makers = [("gantt", gantt), ("latency_cdf", latency_cdfs), ("timeline", timeline)]
-    if any(v.kv_series is not None for v in results.values()):
+    if any(single_kv(v) for v in results.values()):  # a cluster's is in replicas.png
         makers.append(("kv_usage", kv_timeline))
     if any(v.summary.get("num_replicas", 1) > 1 for v in results.values()):
         makers.append(("replicas", replicas_figure))
+    if any("kv_reserve_wait" in v.columns for v in results.values()):
+        from orcasim.metrics.cluster_plots import ttft_breakdown
+
+        makers.append(("ttft_breakdown", ttft_breakdown))
     for name, make in makers:
         fig = make(results)
         p = out / f"{name}.png"

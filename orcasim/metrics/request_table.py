@@ -59,6 +59,9 @@ def request_table(columns: Mapping[str, Any], variant: str | None = None) -> pa.
     })
     if "replica" in c:  # a cluster run: the replica that served it (None: rejected)
         cols["replica"] = pa.array(c["replica"], type=pa.string())
+    for k in ("kv_reserve_wait", "kv_link_wait", "kv_transfer_time", "decode_start"):
+        if k in c:  # disaggregated prefill/decode: the KV transfer's stages
+            cols[k] = c[k]
     cols.update(request_latencies(c))
     return pa.table(cols)
 
