@@ -26,11 +26,8 @@ from orcasim.workload.base import MAX_TOKENS_PER_REQUEST
 from orcasim.workload.traces import (
     Trace,
     TraceError,
-    _check_sorted,
     _json_row,
-    _show,
-    float_column,
-    int_column,
+    block_trace,
 )
 
 #: keys every row must have
@@ -68,18 +65,5 @@ def load_token_trace(text: str, name: str, block_size: int) -> Trace:
         prompt.append(len(ids))
         output.append(row["output_toks"])
         lines.append(lineno)
-    if not lines:
-        raise TraceError(name, "the trace has no rows")
-    for v, line in zip(stamps, lines, strict=True):
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise TraceError(name, f"arrival_time_ns: {_show(v)} is not a number", line)
-    t = float_column(stamps, "arrival_time_ns", name, lines) / 1e9
-    _check_sorted(t, "arrival_time_ns", name, lines)
-    return Trace(
-        source=name,
-        arrival=t,
-        prompt_len=int_column(prompt, "input_toks", name, lines),
-        output_len=int_column(output, "output_toks", name, lines, min_value=1),
-        hash_ids=tuple(hashes),
-        hash_block_size=block_size,
-    )
+    return block_trace(name, lines, ("arrival_time_ns", stamps, 1e9), ("input_toks", prompt),
+                       ("output_toks", output), hashes, block_size)

@@ -409,18 +409,35 @@ def _mooncake(text: str, name: str, block_size: int) -> Trace:
         output.append(row["output_length"])
         hashes.append(tuple(ids))
         lines.append(lineno)
+    return block_trace(name, lines, ("timestamp", stamps, 1000.0), ("input_length", prompt),
+                       ("output_length", output), hashes, block_size)
+
+
+def block_trace(
+    name: str,
+    lines: list[int],
+    stamps: tuple[str, list[Any], float],
+    prompt: tuple[str, list[Any]],
+    output: tuple[str, list[Any]],
+    hashes: list[tuple[int, ...]],
+    block_size: int,
+) -> Trace:
+    """The :class:`Trace` of JSON Lines rows read into columns, each with its column name:
+    arrival stamps (``(column, values, units per second)``), prompt and output lengths, and
+    each row's block ids; a row with a bad field is a :class:`TraceError` naming its line."""
     if not lines:
         raise TraceError(name, "the trace has no rows")
-    for v, line in zip(stamps, lines, strict=True):
+    column, values, per_second = stamps
+    for v, line in zip(values, lines, strict=True):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise TraceError(name, f"timestamp: {_show(v)} is not a number", line)
-    t = float_column(stamps, "timestamp", name, lines) / 1000.0
-    _check_sorted(t, "timestamp", name, lines)
+            raise TraceError(name, f"{column}: {_show(v)} is not a number", line)
+    t = float_column(values, column, name, lines) / per_second
+    _check_sorted(t, column, name, lines)
     return Trace(
         source=name,
         arrival=t,
-        prompt_len=int_column(prompt, "input_length", name, lines),
-        output_len=int_column(output, "output_length", name, lines, min_value=1),
+        prompt_len=int_column(prompt[1], prompt[0], name, lines),
+        output_len=int_column(output[1], output[0], name, lines, min_value=1),
         hash_ids=tuple(hashes),
         hash_block_size=block_size,
     )
