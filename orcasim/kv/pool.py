@@ -303,22 +303,15 @@ class KVPool:
         """:meth:`observe` for the steps of a run, nobody blocked: each row ``(lo, hi,
         num_tokens, allocated)`` stands for steps ``lo..hi-1`` (step ``i`` from ``ends[i - 1]``
         to ``ends[i]``) with ``allocated`` slots allocated, ``num_tokens`` KV tokens in step
-        ``lo`` and ``step`` more in each after."""
-        series = self.series
-        if series is None or not rows:
+        ``lo`` and ``step`` more in each after: :meth:`observe_run` of each row."""
+        if self.series is None:
             return
-        a = self.alloc
-        internal, padding = a.internal_slots, a.padding_slots
-        swapped = self.num_swap_blocks_used * self.block_size
-        out: list[tuple[float, ...]] = []
-        peak = self.peak_allocated
+        internal = self.alloc.internal_slots
         for lo, hi, tokens, alloc in rows:
-            if alloc > peak:
-                peak = alloc
-            out.extend([(ends[i - 1], ends[i], tokens + (i - lo) * step, alloc, internal, padding,
-                         swapped, False) for i in range(lo, hi)])
-        self.peak_allocated = peak
-        series.add_rows(out)
+            k = hi - lo
+            if k:
+                self.observe_run(ends[lo - 1], ends[lo:hi], tokens, step, [alloc] * k,
+                                 [internal] * k, False)
 
     def observe_run(self, t_start: float, ends: list[float], num_tokens: int, size: int,
                     allocated: list[int], internal: list[int], blocked: bool) -> None:

@@ -39,13 +39,6 @@ class KVSeries(BinnedSeries):
         if len(buf) >= _BUFFER:
             self.flush(whole=True)
 
-    def add_rows(self, rows: list[tuple[float, ...]]) -> None:
-        """Several raw rows at once, as :meth:`add` takes them, oldest first."""
-        buf = self.buf
-        buf.extend(rows)
-        if len(buf) >= _BUFFER:
-            self.flush(whole=True)
-
     def add_run(self, t_start: float, ends: list[float], tokens: int, size: int,
                 allocated: list[int], internal: list[int], padding: int, swapped: int,
                 blocked: bool) -> None:

@@ -99,15 +99,6 @@ class LiveSource(ArrivalSource):
     def exhausted(self) -> bool:
         return self.closed
 
-    def pending_until(self, now: float) -> bool:
-        return False
-
-    def flush(self, now: float) -> None:
-        return None
-
-    def next_arrival(self) -> float | None:
-        return None
-
 
 def _no_requests() -> WorkloadArrays:
     empty = np.zeros(0)
