@@ -255,16 +255,6 @@ GPU_ALIASES: dict[str, str] = {
 }
 
 
-def model_names() -> list[str]:
-    """Every name a model preset answers to, sorted."""
-    return sorted({*MODELS, *MODEL_ALIASES})
-
-
-def gpu_names() -> list[str]:
-    """Every name a GPU preset answers to, sorted."""
-    return sorted({*GPUS, *GPU_ALIASES})
-
-
 def get_model(name: str) -> ModelSpec:
     """The model preset ``name`` (short name or Hugging Face id); KeyError lists the known ones."""
     key = MODEL_ALIASES.get(name, name)
