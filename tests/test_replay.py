@@ -387,3 +387,36 @@ def test_replay_prints_the_kv_cache_it_gave_the_engine(tmp_path, capsys):
     assert sc["policy"]["num_blocks"] == 48
     assert main([*args, "--out", str(tmp_path / "c"), "--num-gpu-blocks", "0"]) == 2
     assert "--num-gpu-blocks must be between 1" in capsys.readouterr().err
+
+
+@needs_real
+def test_the_real_gpu_page_table_is_what_the_replay_gives(tmp_path, capsys):
+    """Every figure of the shipped run's table on docs/real-gpu.md, both latency models."""
+    import re
+
+    text = (ROOT / "docs" / "real-gpu.md").read_text()
+    rows = re.findall(r"^\| (TTFT|TPOT|E2E) (mean|median|p90|p99) \| ([\d,.]+) \| ([\d,.]+) \| "
+                      r"([+-][\d.]+)% \| ([\d,.]+) \| ([+-][\d.]+)% \|$", text, re.M)
+    assert len(rows) == 12
+    base = ["replay-vllm", str(REAL / "vllm_runs" / "RTXPRO6000_Llama-3.1-8B"), "--workload",
+            str(REAL / "workloads" / "sharegpt-llama-3.1-8b-300-sps10.jsonl"), "--no-plots"]
+    got = {}
+    for name, extra in (("profile", ["--profiles", str(REAL / "profiles" / "RTXPRO6000" /
+                                                      "meta-llama" / "Llama-3.1-8B" / "bf16"),
+                                     "--gpu-memory-gb", "96"]),
+                        ("roofline", ["--gpu", "rtx-pro-6000", "--gpu-memory-gb", "96"])):
+        assert main([*base, *extra, "--out", str(tmp_path / name)]) == 0
+        got[name] = {r["metric"]: r for r in read_csv(tmp_path / name / "comparison.csv")}
+    capsys.readouterr()
+
+    def num(s: str) -> float:
+        return float(s.replace(",", ""))
+
+    for metric, stat, measured, prof, prof_err, roof, roof_err in rows:
+        key = f"{metric.lower()}_{stat}_ms"
+        digits = 1 if metric == "TPOT" else 0
+        for name, value, err in (("profile", prof, prof_err), ("roofline", roof, roof_err)):
+            r = got[name][key]
+            assert round(float(r["measured"]), digits) == num(measured), key
+            assert round(float(r["predicted"]), digits) == num(value), (name, key)
+            assert f"{float(r['error_pct']):+.1f}" == err, (name, key)
