@@ -420,3 +420,21 @@ def test_the_real_gpu_page_table_is_what_the_replay_gives(tmp_path, capsys):
             assert round(float(r["measured"]), digits) == num(measured), key
             assert round(float(r["predicted"]), digits) == num(value), (name, key)
             assert f"{float(r['error_pct']):+.1f}" == err, (name, key)
+
+
+def test_replay_sizes_the_kv_cache_from_memory_when_the_run_records_no_blocks(tmp_path, capsys):
+    run, workload, profile = make_run(tmp_path, {"model": "meta-llama/Llama-3.1-8B",
+                                                 "num_gpu_blocks": None})
+    args = ["replay-vllm", str(run), "--workload", str(workload), "--profiles", str(profile),
+            "--no-plots", "--gpu-memory-gb", "24"]
+    assert main([*args, "--out", str(tmp_path / "a"), "--kv-reserve-gb", "2"]) == 0
+    # (24e9 x 0.9 - 16.06e9 - 2e9) // 2 MiB = 1,688 blocks
+    assert ("KV cache: 1,688 blocks of 16 tokens (24 GB from --gpu-memory-gb 24 x 0.9 - "
+            "weights - 2 GB reserve)") in capsys.readouterr().out
+    mem = yaml.safe_load((tmp_path / "a" / "scenario.yaml").read_text())["memory"]
+    assert mem["gpu_memory_gb"] == 24 and mem["activation_reserve_gb"] == 2
+    # the toy profile names no GPU and the run records no memory: nothing to size from
+    assert main([*args[:-2], "--out", str(tmp_path / "b")]) == 2
+    assert "give --gpu-memory-gb" in capsys.readouterr().err
+    assert main([*args, "--out", str(tmp_path / "c"), "--kv-reserve-gb", "-1"]) == 2
+    assert "--kv-reserve-gb must be >= 0" in capsys.readouterr().err
