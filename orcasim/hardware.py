@@ -244,8 +244,8 @@ MODEL_ALIASES: dict[str, str] = {
 # figure in decimal GB, which memory sections and the roofline use):
 # - H100 SXM5: 79.22 GiB, vLLM's memory-profiling log on an H100 80GB ("total_gpu_memory
 #   79.22GiB", vllm-project/vllm#10511 and #12126).
-# - RTX 4090: 25,250,627,584 bytes, torch's device total in the hardware record of
-#   LLMServingSim's RTX 4090 vLLM run (casys-kaist/LLMServingSim,
+# - RTX 4090: 25,250,627,584 bytes, torch.cuda.get_device_properties(0).total_memory in the
+#   hardware record of LLMServingSim's RTX 4090 vLLM run (casys-kaist/LLMServingSim,
 #   bench/examples/RTX4090/Llama-3.1-8B/vllm/meta.json); nvidia-smi shows 24,564 MiB.
 GPUS: dict[str, GPUSpec] = {
     g.name: g
