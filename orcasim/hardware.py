@@ -154,6 +154,16 @@ class GPUSpec:
     pcie_bandwidth: float = 25e9  # host<->device bytes/s, for swapping KV blocks
     interconnect: Interconnect = "pcie"
     interconnect_bandwidth: float = 32e9  # GPU<->GPU bytes/s, one direction
+    #: the device's total memory as CUDA reports it (``torch.cuda.mem_get_info()[1]``, what
+    #: vLLM multiplies by gpu_memory_utilization), when a public record gives it; the
+    #: datasheet's "GB" are binary and the driver keeps a few hundred MiB of them
+    cuda_memory_bytes: float | None = None
+
+    @property
+    def vllm_memory_bytes(self) -> float:
+        """The total memory vLLM sizes its KV cache from: CUDA's figure, else the datasheet's."""
+        return self.cuda_memory_bytes if self.cuda_memory_bytes is not None else \
+            self.memory_bytes
 
 
 # Architecture numbers from each model's public config.json on the Hugging Face hub
@@ -230,6 +240,13 @@ MODEL_ALIASES: dict[str, str] = {
 # - RTX PRO 6000 Blackwell 96 GB: NVIDIA RTX Blackwell GPU architecture whitepaper:
 #   503.8 TFLOPS FP16/BF16 with FP32 accumulate, 1,792 GB/s GDDR7, PCIe Gen5 x16, no NVLink.
 # - A10G 24 GB, L4 24 GB: AWS / NVIDIA datasheets (PCIe Gen4).
+# Memory as CUDA reports it (cuda_memory_bytes; the presets' memory_bytes stay the datasheet
+# figure in decimal GB, which memory sections and the roofline use):
+# - H100 SXM5: 79.22 GiB, vLLM's memory-profiling log on an H100 80GB ("total_gpu_memory
+#   79.22GiB", vllm-project/vllm#10511 and #12126).
+# - RTX 4090: 25,250,627,584 bytes, torch.cuda.get_device_properties(0).total_memory in the
+#   hardware record of LLMServingSim's RTX 4090 vLLM run (casys-kaist/LLMServingSim,
+#   bench/examples/RTX4090/Llama-3.1-8B/vllm/meta.json); nvidia-smi shows 24,564 MiB.
 GPUS: dict[str, GPUSpec] = {
     g.name: g
     for g in (
@@ -237,10 +254,11 @@ GPUS: dict[str, GPUSpec] = {
         GPUSpec("l4", 24 * GB, 300e9, 121e12, 16e9, "pcie", 32e9),
         GPUSpec("a100-40gb", 40 * GB, 1555e9, 312e12, 25e9, "nvlink", 300e9),
         GPUSpec("a100-80gb", 80 * GB, 2039e9, 312e12, 25e9, "nvlink", 300e9),
-        GPUSpec("h100-sxm", 80 * GB, 3350e9, 989e12, 50e9, "nvlink", 450e9),
+        GPUSpec("h100-sxm", 80 * GB, 3350e9, 989e12, 50e9, "nvlink", 450e9,
+                round(79.22 * GiB)),
         GPUSpec("h200", 141 * GB, 4800e9, 989e12, 50e9, "nvlink", 450e9),
         GPUSpec("l40s", 48 * GB, 864e9, 362.05e12, 25e9, "pcie", 32e9),
-        GPUSpec("rtx-4090", 24 * GB, 1008e9, 165.2e12, 25e9, "pcie", 32e9),
+        GPUSpec("rtx-4090", 24 * GB, 1008e9, 165.2e12, 25e9, "pcie", 32e9, 25_250_627_584),
         GPUSpec("rtx-pro-6000", 96 * GB, 1792e9, 503.8e12, 50e9, "pcie", 64e9),
     )
 }

@@ -98,6 +98,39 @@ def test_between_grid_points_and_beyond(tmp_path):
                                                                                   rel=1e-12)
 
 
+
+def test_several_chunks_below_zero_context_use_the_slope_over_the_same_span(tmp_path):
+    """Two fresh 400-token chunks: one 800-token chunk at context -200 (same query-key pairs).
+
+    The table's context point 16 sits 3 us above the line through 0 and 1000.
+    Extending the 0-16 segment down to -200 would subtract 53.5 us (the bump
+    magnified 12.5 times); the model extends along [0, 200] instead:
+    T(-200) = 2 T(0) - T(200).
+    """
+    d = tmp_path / "p"
+    write_profile(d)
+    rows = ["prefill_chunk,kv_prefill,n_decode,kv_decode,time_us"]
+    for pc in (0, 1000):
+        for kp in (0, 16, 1000):
+            for nd in (0, 10):
+                for kd in (0, 1000):
+                    bump = 3.0 if kp == 16 else 0.0
+                    rows.append(f"{pc},{kp},{nd},{kd},{attention_us(pc, kp, nd, kd) + bump}")
+    (d / "tp1" / "attention.csv").write_text("\n".join(rows) + "\n")
+    m = model(d)
+    plan = orcasim.StepPlan(2, 0, 800, 0, [(req(0, 400, 0), 400), (req(0, 400, 0), 400)])
+    assert m.attention_inputs(plan) == (800.0, -200.0, 0.0, 0.0)
+    t0 = attention_us(800, 0, 0, 0)  # 85 us
+    # at context 200: between the grid points 16 (+3 us) and 1000, 184/984 of the way
+    t16, t1000 = attention_us(800, 16, 0, 0) + 3, attention_us(800, 1000, 0, 0)
+    t200 = t16 + 184 / 984 * (t1000 - t16)
+    assert m.attention_time(plan) == pytest.approx((2 * t0 - t200) * 1e-6, rel=1e-12)
+    # 66.56 us, against 69 us on the line without the bump (31.5 us from the 0-16 segment)
+    assert m.attention_time(plan) * 1e6 == pytest.approx(66.56, abs=0.01)
+    # clamp holds the table's edge value instead
+    assert model(d, extrapolate="clamp").attention_time(plan) == pytest.approx(t0 * 1e-6)
+
+
 def test_irregular_attention_grid_interpolates_axis_by_axis():
     import numpy as np
 

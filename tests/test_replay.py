@@ -303,3 +303,138 @@ def test_replay_reads_what_vllm_resolved_over_the_arguments_given(tmp_path):
     sc = build_scenario(meta, "meta.json", tmp_path / "w.jsonl", profiles=tmp_path)
     assert sc["policy"]["async_scheduling"] is False
     assert sc["engine"]["latency"]["overhead_s"] == 5.5e-3
+
+
+# -- the KV cache size --------------------------------------------------------------------------
+
+LLAMA_4090 = {"model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
+              "engine_kwargs": {"max_num_seqs": 256, "max_num_batched_tokens": 2048,
+                                "max_model_len": 32768},
+              "hardware": {"device_name": "NVIDIA GeForce RTX 4090",
+                           "device_total_memory_bytes": 25_250_627_584}}
+
+
+def kv_sizing(meta: dict, profiles: Path | None = None, **kw) -> tuple[dict, int]:
+    from orcasim.kv.config import MemoryOptions, resolve
+    from orcasim.replay.scenario import build_scenario
+
+    sc = build_scenario(meta, "meta.json", Path("w.jsonl"), profiles=profiles,
+                        gpu=None if profiles else "rtx-4090", **kw)
+    return sc["memory"], resolve(MemoryOptions(**sc["memory"])).num_blocks
+
+
+def test_kv_cache_is_sized_from_the_memory_cuda_reported_less_vllms_reserve():
+    from orcasim.replay.scenario import KV_RESERVE_GIB
+
+    mem, blocks = kv_sizing(LLAMA_4090)
+    assert mem["gpu_memory_gb"] == 25.250627584
+    assert mem["activation_reserve_gb"] == pytest.approx(1.42 * 2**30 / 1e9) == \
+        KV_RESERVE_GIB * 2**30 / 1e9
+    # 25,250,627,584 x 0.9 - 16.06e9 of weights - 1.5247e9 = 5.1409e9 bytes; 2 MiB a block
+    assert blocks == int((25_250_627_584 * 0.9 - 16.06e9 - 1.42 * 2**30) // (16 * 131_072))
+    assert blocks == 2451
+    # the reserve given: none at all leaves 3,178 blocks
+    assert kv_sizing(LLAMA_4090, kv_reserve_gb=0)[1] == 3178
+    # --num-gpu-blocks wins over everything
+    from orcasim.replay.scenario import build_scenario
+    sc = build_scenario(LLAMA_4090, "meta.json", Path("w.jsonl"), profiles=None, gpu="rtx-4090",
+                        num_gpu_blocks_override=2588)
+    assert sc["policy"]["num_blocks"] == 2588 and "memory" not in sc
+
+
+def test_kv_memory_falls_back_to_the_gpu_the_profiles_were_taken_on(tmp_path):
+    meta = {k: v for k, v in LLAMA_4090.items() if k != "hardware"}
+    prof = tmp_path / "p"
+    prof.mkdir()
+    (prof / "meta.yaml").write_text("hardware: RTX4090\ngpu: NVIDIA GeForce RTX 4090\n")
+    # the rtx-4090 preset's memory as CUDA reports it, not its datasheet 24 GB
+    mem, blocks = kv_sizing(meta, prof)
+    assert mem["gpu_memory_gb"] == 25.250627584 and blocks == 2451
+    # a GPU with no public CUDA figure: its datasheet capacity
+    (prof / "meta.yaml").write_text("hardware: RTXPRO6000\n")
+    assert kv_sizing(meta, prof)[0]["gpu_memory_gb"] == 96.0
+    # --gpu-memory-gb is taken as given
+    assert kv_sizing(meta, prof, gpu_memory_gb=24)[1] == 1914
+
+
+def test_kv_memory_sources_and_their_mistakes(tmp_path, capsys):
+    from orcasim.hardware import get_gpu
+    from orcasim.replay.scenario import kv_memory
+
+    assert get_gpu("h100-sxm").vllm_memory_bytes == round(79.22 * 2**30)
+    assert get_gpu("a100-40gb").vllm_memory_bytes == 40e9
+    meta = {k: v for k, v in LLAMA_4090.items() if k != "hardware"}
+    prof = tmp_path / "p"
+    prof.mkdir()
+    (prof / "meta.yaml").write_text("hardware: MyGPU\n")
+    with pytest.raises(orcasim.UsageError, match="records no num_gpu_blocks and no "
+                       "device_total_memory_bytes"):
+        kv_memory(meta, "meta.json", gpu_memory_gb=None, gpu=None, profiles=prof)
+    bad = {**meta, "hardware": {"device_total_memory_bytes": "24GB"}}
+    with pytest.raises(orcasim.UsageError, match="must be a whole number of bytes"):
+        kv_memory(bad, "meta.json", gpu_memory_gb=None, gpu=None, profiles=prof)
+
+
+def test_replay_prints_the_kv_cache_it_gave_the_engine(tmp_path, capsys):
+    run, workload, profile = make_run(tmp_path)
+    args = ["replay-vllm", str(run), "--workload", str(workload), "--profiles", str(profile),
+            "--no-plots"]
+    assert main([*args, "--out", str(tmp_path / "a")]) == 0
+    assert "KV cache: 64 blocks of 16 tokens (the run's record)" in capsys.readouterr().out
+    assert main([*args, "--out", str(tmp_path / "b"), "--num-gpu-blocks", "48"]) == 0
+    assert "KV cache: 48 blocks of 16 tokens (--num-gpu-blocks)" in capsys.readouterr().out
+    sc = yaml.safe_load((tmp_path / "b" / "scenario.yaml").read_text())
+    assert sc["policy"]["num_blocks"] == 48
+    assert main([*args, "--out", str(tmp_path / "c"), "--num-gpu-blocks", "0"]) == 2
+    assert "--num-gpu-blocks must be between 1" in capsys.readouterr().err
+
+
+@needs_real
+def test_the_real_gpu_page_table_is_what_the_replay_gives(tmp_path, capsys):
+    """Every figure of the shipped run's table on docs/real-gpu.md, both latency models."""
+    import re
+
+    text = (ROOT / "docs" / "real-gpu.md").read_text()
+    rows = re.findall(r"^\| (TTFT|TPOT|E2E) (mean|median|p90|p99) \| ([\d,.]+) \| ([\d,.]+) \| "
+                      r"([+-][\d.]+)% \| ([\d,.]+) \| ([+-][\d.]+)% \|$", text, re.M)
+    assert len(rows) == 12
+    base = ["replay-vllm", str(REAL / "vllm_runs" / "RTXPRO6000_Llama-3.1-8B"), "--workload",
+            str(REAL / "workloads" / "sharegpt-llama-3.1-8b-300-sps10.jsonl"), "--no-plots"]
+    got = {}
+    for name, extra in (("profile", ["--profiles", str(REAL / "profiles" / "RTXPRO6000" /
+                                                      "meta-llama" / "Llama-3.1-8B" / "bf16"),
+                                     "--gpu-memory-gb", "96"]),
+                        ("roofline", ["--gpu", "rtx-pro-6000", "--gpu-memory-gb", "96"])):
+        assert main([*base, *extra, "--out", str(tmp_path / name)]) == 0
+        got[name] = {r["metric"]: r for r in read_csv(tmp_path / name / "comparison.csv")}
+    capsys.readouterr()
+
+    def num(s: str) -> float:
+        return float(s.replace(",", ""))
+
+    for metric, stat, measured, prof, prof_err, roof, roof_err in rows:
+        key = f"{metric.lower()}_{stat}_ms"
+        digits = 1 if metric == "TPOT" else 0
+        for name, value, err in (("profile", prof, prof_err), ("roofline", roof, roof_err)):
+            r = got[name][key]
+            assert round(float(r["measured"]), digits) == num(measured), key
+            assert round(float(r["predicted"]), digits) == num(value), (name, key)
+            assert f"{float(r['error_pct']):+.1f}" == err, (name, key)
+
+
+def test_replay_sizes_the_kv_cache_from_memory_when_the_run_records_no_blocks(tmp_path, capsys):
+    run, workload, profile = make_run(tmp_path, {"model": "meta-llama/Llama-3.1-8B",
+                                                 "num_gpu_blocks": None})
+    args = ["replay-vllm", str(run), "--workload", str(workload), "--profiles", str(profile),
+            "--no-plots", "--gpu-memory-gb", "24"]
+    assert main([*args, "--out", str(tmp_path / "a"), "--kv-reserve-gb", "2"]) == 0
+    # (24e9 x 0.9 - 16.06e9 - 2e9) // 2 MiB = 1,688 blocks
+    assert ("KV cache: 1,688 blocks of 16 tokens (24 GB from --gpu-memory-gb 24 x 0.9 - "
+            "weights - 2 GB reserve)") in capsys.readouterr().out
+    mem = yaml.safe_load((tmp_path / "a" / "scenario.yaml").read_text())["memory"]
+    assert mem["gpu_memory_gb"] == 24 and mem["activation_reserve_gb"] == 2
+    # the toy profile names no GPU and the run records no memory: nothing to size from
+    assert main([*args[:-2], "--out", str(tmp_path / "b")]) == 2
+    assert "give --gpu-memory-gb" in capsys.readouterr().err
+    assert main([*args, "--out", str(tmp_path / "c"), "--kv-reserve-gb", "-1"]) == 2
+    assert "--kv-reserve-gb must be >= 0" in capsys.readouterr().err

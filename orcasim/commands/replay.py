@@ -38,8 +38,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--gpu", default=None, help="without --profiles: a GPU preset for the "
                    "roofline latency model")
     c.add_argument("--gpu-memory-gb", type=float, default=None, metavar="N",
-                   help="GPU memory, GB, to size the KV cache when the run does not record "
-                   "its number of blocks")
+                   help="the GPU's total memory as CUDA reports it, GB (1e9 bytes), to size the "
+                   "KV cache when the run records neither its blocks nor its device memory "
+                   "(default: the GPU preset the profiles or --gpu name)")
+    c.add_argument("--num-gpu-blocks", type=int, default=None, metavar="N",
+                   help="KV cache blocks (default: the run's num_gpu_blocks, else sized from "
+                   "GPU memory as vLLM does)")
+    c.add_argument("--kv-reserve-gb", type=float, default=None, metavar="N",
+                   help="memory per GPU vLLM keeps besides weights and KV cache (activation "
+                   "peak and non-PyTorch memory), GB, when the KV cache is sized from memory "
+                   "(default: 1.42 GiB)")
     c.add_argument("--overhead-s", type=float, default=None, metavar="S",
                    help="the profile model's fixed CPU time per step, s (default: the "
                    "model's default)")
@@ -62,6 +70,11 @@ def replay_cmd(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     if args.gpu_memory_gb is not None and not 0 < args.gpu_memory_gb <= 1e6:
         raise UsageError(f"--gpu-memory-gb must be > 0, got {args.gpu_memory_gb:g}")
+    if args.num_gpu_blocks is not None and not 1 <= args.num_gpu_blocks <= 100_000_000:
+        raise UsageError(f"--num-gpu-blocks must be between 1 and 100,000,000, got "
+                         f"{args.num_gpu_blocks}")
+    if args.kv_reserve_gb is not None and not 0 <= args.kv_reserve_gb <= 1e6:
+        raise UsageError(f"--kv-reserve-gb must be >= 0, got {args.kv_reserve_gb:g}")
     out = check_output_dir(args.out)
     run = load_run(args.run_dir)
     meta_where = str(args.run_dir / "meta.json")
@@ -79,7 +92,9 @@ def replay_cmd(args: argparse.Namespace) -> int:
         run.meta, meta_where, args.workload.resolve(),
         profiles=args.profiles.resolve() if args.profiles is not None else None,
         gpu=args.gpu, gpu_memory_gb=args.gpu_memory_gb,
-        max_request_len=int((trace.prompt_len + trace.output_len).max()))
+        max_request_len=int((trace.prompt_len + trace.output_len).max()),
+        num_gpu_blocks_override=args.num_gpu_blocks, kv_reserve_gb=args.kv_reserve_gb)
+    kv_line = _kv_line(scenario, run.meta, meta_where, args)
     if args.overhead_s is not None:
         scenario["engine"]["latency"]["overhead_s" if args.profiles else "overhead"] = \
             args.overhead_s
@@ -105,9 +120,28 @@ def replay_cmd(args: argparse.Namespace) -> int:
     lat = scenario["engine"]["latency"]["type"]
     print(compare.format_table(rows, f"{args.run_dir}: measured vs predicted ({lat} model), "
                                f"{len(run.request_ids)} requests"))
-    print(f"\nwrote {len(written)} files to {out}/: {', '.join(written)} "
+    print(f"\n{kv_line}")
+    print(f"wrote {len(written)} files to {out}/: {', '.join(written)} "
           f"({time.perf_counter() - t0:.2f} s)")
     return 0
+
+
+def _kv_line(scenario: dict, meta: dict, where: str, args: argparse.Namespace) -> str:
+    """One line saying how many KV blocks the replay gives the engine, and from what."""
+    from orcasim.kv.config import MemoryOptions, resolve
+    from orcasim.replay.scenario import kv_memory
+
+    policy = scenario["policy"]
+    if "num_blocks" in policy:
+        how = "--num-gpu-blocks" if args.num_gpu_blocks is not None else "the run's record"
+        return f"KV cache: {policy['num_blocks']:,} blocks of {policy['block_size']} tokens ({how})"
+    mem = scenario["memory"]
+    n = resolve(MemoryOptions(**mem)).num_blocks
+    _, source = kv_memory(meta, where, gpu_memory_gb=args.gpu_memory_gb, gpu=args.gpu,
+                          profiles=args.profiles)
+    return (f"KV cache: {n:,} blocks of {mem['block_size']} tokens ({mem['gpu_memory_gb']:.4g} "
+            f"GB from {source} x {mem['gpu_memory_utilization']:g} - weights - "
+            f"{mem['activation_reserve_gb']:.3g} GB reserve)")
 
 
 def _check_match(run, trace, args: argparse.Namespace) -> None:  # type: ignore[no-untyped-def]

@@ -307,8 +307,9 @@ class ProfileLatency(LatencyModel):
         pairs, and never across requests. One chunk of ``C`` at context ``K``
         has ``C (K + C / 2)``, so ``K = sum c (k + c / 2) / C - C / 2``: the
         request's own context for a single chunk, less than the mean context
-        for several (possibly below zero, which the table's edge segment
-        extends). Decodes give their count and mean context. Without the
+        for several (possibly below zero: :meth:`attention_time` then extends
+        the table along as many tokens above zero). Decodes give their count
+        and mean context. Without the
         scheduled requests, prefills have no cached context and decodes share
         the plan's KV tokens equally.
         """
@@ -352,16 +353,34 @@ class ProfileLatency(LatencyModel):
             if v.kv_save is not None:
                 t += v.kv_save(float(plan.num_prefill_tokens + plan.num_decode_tokens))
             return t
-        tree = self.attention_tree
-        t = eval_nested(tree, (pc, kp, nd, kd), clamp)
+        t = self._table(pc, kp, nd, kd)
         skew = self.skew
         if skew is not None and nd > 1 and hi > kd:
             alpha = skew.alpha(pc, int(nd), kd, lo, hi, max(kp, 0.0))
             if alpha:
-                t_max = eval_nested(tree, (pc, kp, nd, hi), clamp)
+                t_max = self._table(pc, kp, nd, hi)
                 if t_max > t:
                     t += alpha * (t_max - t)
         return t
+
+    def _table(self, pc: float, kp: float, nd: float, kd: float) -> float:
+        """The attention table at (pc, kp, nd, kd), with kp below zero extended along [0, -kp].
+
+        Several prefill chunks are costed as one chunk at a context ``kp`` that
+        can fall below zero (:meth:`attention_inputs`). The table's time grows
+        linearly with the cached context at a given chunk (the chunk's
+        query-key pairs are ``pc (kp + pc / 2)``), so it is extended below
+        zero with its slope over as many tokens as it goes below, ``T(0) -
+        (T(-kp) - T(0))``, not with its first grid segment (0 to 16 tokens),
+        whose slope is measurement noise.
+        """
+        tree = self.attention_tree
+        if kp >= 0:
+            return eval_nested(tree, (pc, kp, nd, kd), self.clamp)
+        t0 = eval_nested(tree, (pc, 0.0, nd, kd), self.clamp)
+        if self.clamp:
+            return t0
+        return 2 * t0 - eval_nested(tree, (pc, -kp, nd, kd), self.clamp)
 
     def padded_tokens(self, tokens: int) -> int:
         """The token count the step's CUDA graph computes: the next capture size, if any."""

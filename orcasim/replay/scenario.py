@@ -13,9 +13,11 @@ hand. The mapping from vLLM's engine arguments (``meta.json`` ->
   "Enable async scheduling by default") is on, off before;
 - ``max_model_len``: the model's context length when null;
 - ``long_prefill_token_threshold`` when set;
-- KV blocks: ``num_gpu_blocks`` when the run recorded it, otherwise the
-  ``memory`` section sizes the cache from the model, the GPU memory and
-  ``gpu_memory_utilization`` (0.9);
+- KV blocks: ``--num-gpu-blocks``, else ``num_gpu_blocks`` when the run
+  recorded it, otherwise the ``memory`` section sizes the cache as vLLM 0.19
+  does (``Worker.determine_available_memory``): the device's total memory as
+  CUDA reports it x ``gpu_memory_utilization`` (0.9), less the weights and the
+  memory vLLM's start-up profiling measures besides them (:func:`kv_memory`);
 - ``tensor_parallel_size`` -> the profile's ``tp<N>`` folder (or the roofline's tp);
 - the profile model's per-step CPU time: the gap between steps that vLLM's
   developers measured with and without async scheduling (see ``STEP_GAP_*``);
@@ -41,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from orcasim.errors import UsageError
-from orcasim.hardware import MODELS, ModelSpec, get_model
+from orcasim.hardware import GB, MODELS, GiB, ModelSpec, get_gpu, get_model
 
 #: vLLM V1 scheduler defaults used when the run does not record an argument
 DEFAULT_MAX_NUM_SEQS = 256
@@ -60,6 +62,17 @@ STEP_GAP_SYNC_S = 5.5e-3
 #: bench/examples/RTXPRO6000/Qwen3-32B/config.json in casys-kaist/LLMServingSim)
 ALLREDUCE_PCIE_BANDWIDTH = 16e9
 ALLREDUCE_PCIE_LATENCY_S = 20e-6
+
+
+#: what a vLLM instance keeps on each GPU besides the weights and the KV cache, GiB, when the
+#: run does not record its KV blocks. vLLM measures it at start-up as the PyTorch activation
+#: peak of a profiling forward pass plus the memory allocated outside PyTorch since its first
+#: snapshot (vllm/v1/worker/gpu_worker.py, determine_available_memory; CUDA-graph memory is
+#: not subtracted unless VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS is set). The figures are the
+#: ones vLLM's developers logged for an 8B Llama on an H100: activation peak 1.26 GiB
+#: (Meta-Llama-3-8B, vllm-project/vllm#10511) and 0.16 GiB outside PyTorch
+#: (vllm-project/vllm#12126).
+KV_RESERVE_GIB = 1.26 + 0.16
 
 
 def default_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> list[int]:
@@ -161,6 +174,55 @@ def num_gpu_blocks(meta: dict[str, Any]) -> int | None:
     return None
 
 
+def profile_gpu(profiles: Path | None) -> str | None:
+    """The GPU preset the operator profiles were taken on (meta.yaml ``hardware`` or ``gpu``)."""
+    if profiles is None:
+        return None
+    from orcasim.latency.profile import read_meta
+
+    meta = read_meta(profiles)
+    for key in ("hardware", "gpu"):
+        name = meta.get(key)
+        if isinstance(name, str):
+            try:
+                return get_gpu(name).name
+            except KeyError:
+                continue
+    return None
+
+
+def kv_memory(meta: dict[str, Any], where: str, *, gpu_memory_gb: float | None,
+              gpu: str | None, profiles: Path | None) -> tuple[float, str]:
+    """The GPU memory (bytes) vLLM sized the KV cache from, and where the figure comes from.
+
+    vLLM multiplies the total memory CUDA reports (``torch.cuda.mem_get_info``)
+    by ``gpu_memory_utilization`` (vllm/v1/worker/utils.py, request_memory).
+    In order: ``--gpu-memory-gb``; the total the run recorded
+    (``hardware.device_total_memory_bytes`` in meta.json); the preset of
+    ``--gpu``, else of the GPU the profiles were taken on, at the total CUDA
+    reports for it where a public record gives it (``GPUSpec.cuda_memory_bytes``),
+    else its datasheet capacity.
+    """
+    if gpu_memory_gb is not None:
+        return gpu_memory_gb * GB, f"--gpu-memory-gb {gpu_memory_gb:g}"
+    hw = meta.get("hardware")
+    if isinstance(hw, dict) and hw.get("device_total_memory_bytes") is not None:
+        v = hw["device_total_memory_bytes"]
+        if type(v) is not int or v < 1:
+            raise UsageError(f"{where}: hardware.device_total_memory_bytes must be a whole "
+                             f"number of bytes, got {v!r}")
+        return float(v), "the run's hardware.device_total_memory_bytes"
+    name = gpu or profile_gpu(profiles)
+    if name is None:
+        raise UsageError(f"{where}: the run records no num_gpu_blocks and no "
+                         "device_total_memory_bytes, and the profiles name no known GPU: give "
+                         "--gpu-memory-gb (the GPU's memory as CUDA reports it) or "
+                         "--num-gpu-blocks to size the KV cache")
+    spec = get_gpu(name)
+    kind = "CUDA's total" if spec.cuda_memory_bytes is not None else "datasheet capacity"
+    return spec.vllm_memory_bytes, f"the {spec.name} preset's {kind}"
+
+
 def build_scenario(
     meta: dict[str, Any],
     where: str,
@@ -170,6 +232,8 @@ def build_scenario(
     gpu: str | None = None,
     gpu_memory_gb: float | None = None,
     max_request_len: int = 0,
+    num_gpu_blocks_override: int | None = None,
+    kv_reserve_gb: float | None = None,
 ) -> dict[str, Any]:
     """The scenario (a plain dict, as written to YAML) replaying a run with ``meta``.
 
@@ -177,7 +241,9 @@ def build_scenario(
     without it ``gpu`` (a GPU preset) selects the ``roofline``. ``where``
     names meta.json in errors; ``max_request_len`` (the longest prompt +
     output of the workload) bounds ``max_model_len`` when the model is not
-    a preset.
+    a preset. ``num_gpu_blocks_override`` fixes the KV blocks;
+    ``kv_reserve_gb`` replaces :data:`KV_RESERVE_GIB` when the cache is sized
+    from memory.
     """
     args = EngineArgs(meta, where)
     model_name = str(meta.get("model") or args.kwargs.get("model") or "")
@@ -216,26 +282,24 @@ def build_scenario(
         if not args.flag("enforce_eager", False):
             latency["cudagraph_capture_sizes"] = default_capture_sizes(
                 policy["max_num_seqs"], policy["max_num_batched_tokens"])
-    blocks = num_gpu_blocks(meta)
+    blocks = num_gpu_blocks_override or num_gpu_blocks(meta)
     if blocks is not None:
         policy["num_blocks"] = blocks
     else:
         if preset is None:
             raise UsageError(f"{where}: the run records no num_gpu_blocks and model "
                              f"{model_name!r} is not a preset, so the KV cache cannot be sized "
-                             f"(known models: {', '.join(sorted(MODELS))})")
-        if gpu_memory_gb is None and gpu is None:
-            raise UsageError(f"{where}: the run records no num_gpu_blocks: give --gpu-memory-gb "
-                             "(the GPU's memory) to size the KV cache")
-        memory: dict[str, Any] = {
+                             f"(known models: {', '.join(sorted(MODELS))}); give "
+                             "--num-gpu-blocks")
+        total, _ = kv_memory(meta, where, gpu_memory_gb=gpu_memory_gb, gpu=gpu,
+                             profiles=profiles)
+        reserve = kv_reserve_gb if kv_reserve_gb is not None else KV_RESERVE_GIB * GiB / GB
+        scenario["memory"] = {
             "model": preset.name, "tp": tp, "block_size": block_size,
+            "gpu_memory_gb": total / GB,
             "gpu_memory_utilization": float(args.get("gpu_memory_utilization", 0.9)),
+            "activation_reserve_gb": reserve,
             "max_model_len": int(max_len)}
-        if gpu_memory_gb is not None:
-            memory["gpu_memory_gb"] = gpu_memory_gb
-        else:
-            memory["gpu"] = gpu
-        scenario["memory"] = memory
     return scenario
 
 
