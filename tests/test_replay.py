@@ -353,8 +353,8 @@ def test_kv_memory_falls_back_to_the_gpu_the_profiles_were_taken_on(tmp_path):
     # a GPU with no public CUDA figure: its datasheet capacity
     (prof / "meta.yaml").write_text("hardware: RTXPRO6000\n")
     assert kv_sizing(meta, prof)[0]["gpu_memory_gb"] == 96.0
-    # --gpu-memory-gb is taken as given
-    assert kv_sizing(meta, prof, gpu_memory_gb=24)[1] == 1914
+    # --gpu-memory-gb is in GiB, the datasheet's unit: 24 GiB x 0.9 - 16.06 GB - 1.42 GiB
+    assert kv_sizing(meta, prof, gpu_memory_gb=24)[1] == 2674
 
 
 def test_kv_memory_sources_and_their_mistakes(tmp_path, capsys):
@@ -428,11 +428,12 @@ def test_replay_sizes_the_kv_cache_from_memory_when_the_run_records_no_blocks(tm
     args = ["replay-vllm", str(run), "--workload", str(workload), "--profiles", str(profile),
             "--no-plots", "--gpu-memory-gb", "24"]
     assert main([*args, "--out", str(tmp_path / "a"), "--kv-reserve-gb", "2"]) == 0
-    # (24e9 x 0.9 - 16.06e9 - 2e9) // 2 MiB = 1,688 blocks
-    assert ("KV cache: 1,688 blocks of 16 tokens (24 GB from --gpu-memory-gb 24 x 0.9 - "
-            "weights - 2 GB reserve)") in capsys.readouterr().out
+    # (24 GiB x 0.9 - 16.06e9 - 2 GiB) // 2 MiB = 2,377 blocks
+    assert ("KV cache: 2,377 blocks of 16 tokens (25.77 GB from --gpu-memory-gb 24 (GiB) x 0.9 "
+            "- weights - 2.15 GB reserve)") in capsys.readouterr().out
     mem = yaml.safe_load((tmp_path / "a" / "scenario.yaml").read_text())["memory"]
-    assert mem["gpu_memory_gb"] == 24 and mem["activation_reserve_gb"] == 2
+    assert mem["gpu_memory_gb"] == 24 * 2**30 / 1e9
+    assert mem["activation_reserve_gb"] == 2 * 2**30 / 1e9
     # the toy profile names no GPU and the run records no memory: nothing to size from
     assert main([*args[:-2], "--out", str(tmp_path / "b")]) == 2
     assert "give --gpu-memory-gb" in capsys.readouterr().err

@@ -38,15 +38,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--gpu", default=None, help="without --profiles: a GPU preset for the "
                    "roofline latency model")
     c.add_argument("--gpu-memory-gb", type=float, default=None, metavar="N",
-                   help="the GPU's total memory as CUDA reports it, GB (1e9 bytes), to size the "
-                   "KV cache when the run records neither its blocks nor its device memory "
+                   help="the GPU's memory in GiB (2^30 bytes; the datasheet's capacity, e.g. "
+                   "24 for an RTX 4090, or the total vLLM logs), to size the KV cache when the run "
+                   "records neither its blocks nor its device memory "
                    "(default: the GPU preset the profiles or --gpu name)")
     c.add_argument("--num-gpu-blocks", type=int, default=None, metavar="N",
                    help="KV cache blocks (default: the run's num_gpu_blocks, else sized from "
                    "GPU memory as vLLM does)")
     c.add_argument("--kv-reserve-gb", type=float, default=None, metavar="N",
                    help="memory per GPU vLLM keeps besides weights and KV cache (activation "
-                   "peak and non-PyTorch memory), GB, when the KV cache is sized from memory "
+                   "peak and non-PyTorch memory), GiB, when the KV cache is sized from memory "
                    "(default: 1.42 GiB)")
     c.add_argument("--overhead-s", type=float, default=None, metavar="S",
                    help="the profile model's fixed CPU time per step, s (default: the "

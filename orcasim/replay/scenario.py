@@ -197,14 +197,15 @@ def kv_memory(meta: dict[str, Any], where: str, *, gpu_memory_gb: float | None,
 
     vLLM multiplies the total memory CUDA reports (``torch.cuda.mem_get_info``)
     by ``gpu_memory_utilization`` (vllm/v1/worker/utils.py, request_memory).
-    In order: ``--gpu-memory-gb``; the total the run recorded
+    In order: ``--gpu-memory-gb`` (GiB, the unit of GPU datasheets' capacities
+    and of vLLM's memory log); the total the run recorded
     (``hardware.device_total_memory_bytes`` in meta.json); the preset of
     ``--gpu``, else of the GPU the profiles were taken on, at the total CUDA
     reports for it where a public record gives it (``GPUSpec.cuda_memory_bytes``),
     else its datasheet capacity.
     """
     if gpu_memory_gb is not None:
-        return gpu_memory_gb * GB, f"--gpu-memory-gb {gpu_memory_gb:g}"
+        return gpu_memory_gb * GiB, f"--gpu-memory-gb {gpu_memory_gb:g} (GiB)"
     hw = meta.get("hardware")
     if isinstance(hw, dict) and hw.get("device_total_memory_bytes") is not None:
         v = hw["device_total_memory_bytes"]
@@ -293,7 +294,7 @@ def build_scenario(
                              "--num-gpu-blocks")
         total, _ = kv_memory(meta, where, gpu_memory_gb=gpu_memory_gb, gpu=gpu,
                              profiles=profiles)
-        reserve = kv_reserve_gb if kv_reserve_gb is not None else KV_RESERVE_GIB * GiB / GB
+        reserve = (kv_reserve_gb if kv_reserve_gb is not None else KV_RESERVE_GIB) * GiB / GB
         scenario["memory"] = {
             "model": preset.name, "tp": tp, "block_size": block_size,
             "gpu_memory_gb": total / GB,
