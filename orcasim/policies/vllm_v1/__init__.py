@@ -183,6 +183,10 @@ class VllmV1(VllmRuns, Scheduling, TokenPolicy):
         self._queue_size = 2 if params.async_scheduling else 1
         self._current: StepOutput | None = None
         self._update_at_end = False
+        # a decision in progress: ready_plan returned None and next_step goes on with it
+        self._resume = False
+        self._num_empty = 0  # schedule calls of the decision that scheduled nothing
+        self._wait_on: simpy.Event | None = None  # what the decision waits on (None: done)
         # prompt tokens at first admission, and how many of them the prefix cache served
         self.num_prompt_tokens_admitted = 0
         self.num_prefix_hit_tokens = 0
@@ -217,15 +221,42 @@ class VllmV1(VllmRuns, Scheduling, TokenPolicy):
             "prefix_cache_hit_rate": self.num_prefix_hit_tokens / total if total else 0.0,
         }
 
+    def ready_plan(self) -> StepPlan | None:  # type: ignore[override]
+        """The next step's plan when the decision needs no wait (the engine's fast path).
+
+        ``None``: the decision waits on an event (or the run is over), and
+        :meth:`next_step` carries it on from where it stopped.
+        """
+        self._num_empty = 0
+        plan = self._decide()
+        self._resume = plan is None
+        return plan
+
     def next_step(self) -> Generator[simpy.Event, Any, StepPlan | None]:
+        if not self._resume:  # a decision not begun by ready_plan
+            self._num_empty = 0
+            plan = self._decide()
+            if plan is not None:
+                return plan
+        self._resume = False
+        while self._wait_on is not None:
+            yield self._wait_on
+            plan = self._decide()
+            if plan is not None:
+                return plan
+        return None
+
+    def _decide(self) -> StepPlan | None:
+        """Schedule until a step has a plan; ``None``: wait on ``_wait_on`` first (``None``:
+        nothing is left to run). vLLM's engine loop with its batch queue."""
         ctx = self.ctx
         queue = self._queue
-        num_empty = 0
         while True:
             self._take_arrivals()
             if not self.running and not ctx.waiting and ctx.arrivals_done:
                 while queue:
                     self._update(queue.pop())
+                self._wait_on = None
                 return None
             if self._has_requests():
                 out = self._schedule()
@@ -247,18 +278,20 @@ class VllmV1(VllmRuns, Scheduling, TokenPolicy):
                 if self._update_at_end:
                     self._update_at_end = False
                     self._update(out)
-                num_empty += 1
+                self._num_empty += 1
                 held = self.running or ctx.waiting
                 stuck = bool(held) and not out.preempted and not any(o.num_tokens for o in queue)
-                if num_empty > MAX_EMPTY_SCHEDULES or (stuck and ctx.arrivals_done):
+                if self._num_empty > MAX_EMPTY_SCHEDULES or (stuck and ctx.arrivals_done):
                     who = f"request {held[0].label}" if held else "anything"
                     raise SimulationError(
                         f"policy 'vllm-v1' cannot schedule {who} at t={ctx.now:.6g}: "
                         "nothing is in flight and nothing fits")
                 if stuck:  # only an arrival can change anything
-                    yield ctx.arrival
+                    self._wait_on = ctx.arrival
+                    return None
             elif not queue:
-                yield ctx.arrival
+                self._wait_on = ctx.arrival
+                return None
             else:
                 self._update(queue.pop())
 

@@ -9,6 +9,7 @@ finished step.
 from __future__ import annotations
 
 import bisect
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from orcasim.plan import StepPlan
@@ -109,19 +110,24 @@ class Scheduling:
         budget = p.max_num_batched_tokens
         max_len = p.max_model_len
         threshold = p.long_prefill_token_threshold if len(running) + len(waiting) > 1 else 0
-        scheduled: dict[int, list[Any]] = {}  # request id -> [req, n, start, kind, emits]
+        priority = self.priority
+        # entries [req, n, start, kind, emits] in order; under priority a victim's entry is
+        # taken back, so they are kept by request id until the end
+        entries: list[list[Any]] = []
+        scheduled: dict[int, list[Any]] = {}
         preempted: list[Request] = []
 
         tables, num_cached = kv.tables, kv.num_cached
         bs = kv.block_size
         caching = kv.enable_caching
-        use_placeholders = p.async_scheduling
+        use_placeholders = p.async_scheduling  # async: placeholders and in-flight counts
         # FCFS never takes a scheduled request back (its victims come from the end of the
         # list, after the request being scheduled), so a lazy decode is advanced at once;
         # everything else is advanced by the pass at the end, over ``pending``
-        inline = not self.priority
+        inline = not priority
         pending: list[list[Any]] = []
         num_tokens = num_decode = num_emits = 0
+        last_slot = max_len - 1
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
@@ -134,37 +140,36 @@ class Scheduling:
                 continue
             known = seq.num_prompt + req.num_output_tokens  # req.num_tokens
             n = known + placeholders - computed
-            if n == 1 and computed < max_len - 1 and len(tables[rid]) * bs > computed:
+            if n == 1 and computed < last_slot and len(tables[rid]) * bs > computed:
                 # the lazy decode path: its slot is in a block it holds, so allocate_slots
                 # would take no block; only a block of known tokens just filled is cached
-                if caching:
-                    m = computed + 1 if computed < known else known
-                    if m // bs > num_cached.get(rid, 0):
-                        kv.cache_blocks(req, m)
+                if caching and (computed + 1 if computed < known else known) // bs > \
+                        num_cached.get(rid, 0):
+                    kv.cache_blocks(req, computed + 1 if computed < known else known)
                 budget -= 1
                 i += 1
                 if inline:  # it computes its last known token: it samples
-                    scheduled[rid] = [req, 1, computed, KIND_RUNNING, True]
+                    entries.append([req, 1, computed, KIND_RUNNING, True])
                     req.num_computed_tokens = computed + 1
-                    seq.num_in_flight += 1
                     num_tokens += 1
                     num_emits += 1
                     if computed >= seq.num_prompt:
                         num_decode += 1
                     if use_placeholders:
+                        seq.num_in_flight += 1
                         seq.num_placeholders += 1
                 else:
                     scheduled[rid] = [req, 1, computed, KIND_RUNNING, False]
                 continue
             if 0 < threshold < n:
                 n = threshold
-            n = min(n, budget, max_len - computed - 1)
+            n = min(n, budget, last_slot - computed)
             if n <= 0:
                 i += 1
                 continue
             fits = True
             while kv.allocate_slots(req, n) is None:
-                if self.priority:
+                if priority:
                     victim = max(running, key=self._order)
                     j = running.index(victim)
                     del running[j]
@@ -181,15 +186,19 @@ class Scheduling:
                     fits = False
                     break
             if not fits:
-                if self.priority:
+                if priority:
                     continue  # it left the list; the requests after it may still fit
                 break
-            scheduled[req.id] = e = [req, n, computed, KIND_RUNNING, False]
+            e = [req, n, computed, KIND_RUNNING, False]
+            if priority:
+                scheduled[rid] = e
+            else:
+                entries.append(e)
             pending.append(e)
             budget -= n
             i += 1
 
-        if not preempted:
+        if not preempted and budget > 0 and waiting and len(running) < p.max_num_seqs:
             skipped: list[Request] = []
             while budget > 0 and waiting and len(running) < p.max_num_seqs:
                 req = waiting[0]
@@ -198,7 +207,7 @@ class Scheduling:
                     skipped.append(waiting.popleft())
                     continue
                 hit, num_hit = kv.get_computed_blocks(req)
-                n = req.num_tokens - num_hit
+                n = seq.num_prompt + req.num_output_tokens - num_hit  # req.num_tokens - hit
                 if 0 < threshold < n:
                     n = threshold
                 if not p.enable_chunked_prefill and n > budget:
@@ -215,7 +224,11 @@ class Scheduling:
                 if kind == KIND_NEW:
                     self.num_prompt_tokens_admitted += req.prompt_len
                     self.num_prefix_hit_tokens += min(num_hit, req.prompt_len)
-                scheduled[req.id] = e = [req, n, num_hit, kind, False]
+                e = [req, n, num_hit, kind, False]
+                if priority:
+                    scheduled[req.id] = e
+                else:
+                    entries.append(e)
                 pending.append(e)
                 budget -= n
                 seq.status = RUNNING
@@ -225,21 +238,25 @@ class Scheduling:
                 self._enqueue_front(req)
 
         # advance the computed tokens now, so the next step can be scheduled at once
-        entries = list(scheduled.values())
-        for e in pending if inline else entries:
+        if priority:
+            entries = list(scheduled.values())
+        for e in entries if priority else pending:
             req, n = e[0], e[1]
             seq = seqs[req.id]
             if n == 1 and e[2] >= seq.num_prompt:
                 num_decode += 1
             c = req.num_computed_tokens + n
             req.num_computed_tokens = c
-            seq.num_in_flight += n
             num_tokens += n
-            if c >= seq.num_prompt + req.num_output_tokens + seq.num_placeholders:
+            if use_placeholders:
+                seq.num_in_flight += n
+                if c >= seq.num_prompt + req.num_output_tokens + seq.num_placeholders:
+                    e[4] = True
+                    num_emits += 1
+                    seq.num_placeholders += 1
+            elif c >= seq.num_prompt + req.num_output_tokens:
                 e[4] = True
                 num_emits += 1
-                if use_placeholders:
-                    seq.num_placeholders += 1
         self._finished_since_schedule = False
         out = StepOutput(entries, preempted, self._arrivals, num_tokens)
         out.num_decode = num_decode
@@ -259,14 +276,17 @@ class Scheduling:
         left_running: set[int] = set()
         left_waiting: set[int] = set()
         record_itl = ctx.recorder.record_itl
+        in_flight = self.params.async_scheduling  # sync: one step in flight, nothing stale
+        stale = False
         for req, n, _, _, emits in out.entries:
             seq = seqs.get(req.id)
             if seq is None:  # finished by an earlier step's output
                 continue
-            seq.num_in_flight -= n
-            stale = seq.num_stale > 0
-            if stale:
-                seq.num_stale -= n
+            if in_flight:
+                seq.num_in_flight -= n
+                stale = seq.num_stale > 0
+                if stale:
+                    seq.num_stale -= n
             if not emits:
                 continue
             num_out = req.num_output_tokens
@@ -282,7 +302,7 @@ class Scheduling:
             known = seq.num_prompt + num_out  # req.num_tokens
             if known % block_size == 0:  # a block of known tokens just filled
                 kv.update_hashes(req)
-            if seq.num_placeholders and not stale:
+            if in_flight and seq.num_placeholders and not stale:
                 seq.num_placeholders -= 1
                 if seq.status == RUNNING:
                     kv.cache_blocks(req, req.num_computed_tokens - seq.num_in_flight)
@@ -323,10 +343,13 @@ class Scheduling:
     def _plan(self, out: StepOutput) -> StepPlan:
         """The step's plan: one token of a request past its prompt is a decode."""
         entries = out.entries
-        pairs = [(e[0], e[1]) for e in entries]
-        contexts = [e[2] for e in entries]
+        contexts = list(map(_start, entries))
         decode = out.num_decode
-        plan = StepPlan(len(pairs), sum(contexts), out.num_tokens - decode, decode, pairs,
-                        contexts)
+        plan = StepPlan(len(entries), sum(contexts), out.num_tokens - decode,
+                        decode, list(map(_pair, entries)), contexts)
         out.plan = plan
         return plan
+
+
+_pair = itemgetter(0, 1)  # an entry's (request, tokens)
+_start = itemgetter(2)  # an entry's computed tokens before the step
