@@ -180,8 +180,10 @@ class TraceWriter:
         kv = policy.kv
         labels = self._labels
         label = labels.__getitem__
-        arrivals = [r.label for r in out.arrivals]
-        labels.update(zip(out.arrivals, arrivals, strict=True))
+        arrivals = []
+        if out.arrivals:
+            arrivals = [r.label for r in out.arrivals]
+            labels.update(zip(out.arrivals, arrivals, strict=True))
         entries = []
         for req, n, start, kind, emits in out.entries:
             if kind == KIND_RUNNING:
@@ -194,6 +196,7 @@ class TraceWriter:
                 e["blocks"] = kv.block_ids(req)
             entries.append(e)
         preempted = out.preempted
+        waiting = policy.ctx.waiting
         line = {
             "step": round(policy.ctx.now),
             "arrivals": arrivals,
@@ -201,7 +204,7 @@ class TraceWriter:
             "num_batched_tokens": out.num_tokens,
             "preempted": sorted(map(label, preempted)) if preempted else [],
             "running": list(map(label, policy.running)),
-            "waiting": list(map(label, policy.ctx.waiting)),
+            "waiting": list(map(label, waiting)) if waiting else [],
             "free_blocks_after_schedule": kv.pool.free_queue.num_free_blocks,
             "cached_blocks": len(kv.pool.cached),
         }
@@ -210,8 +213,7 @@ class TraceWriter:
 
     def updated(self, policy: VllmV1, out: StepOutput, finished: list[Request]) -> None:
         line = self._open.pop(id(out))
-        labels = self._labels
-        line["finished"] = [labels.pop(r) for r in finished]
+        line["finished"] = list(map(self._labels.pop, finished)) if finished else []
         line["free_blocks_after_update"] = policy.kv.pool.free_queue.num_free_blocks
 
 

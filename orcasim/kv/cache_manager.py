@@ -218,10 +218,15 @@ class KVCacheManager:
     def append_block(self, req: Any) -> bool:
         """One more block at the end of a running request's table (a decode crossing a block
         boundary); False, changing nothing, when no block is free."""
-        new = self.pool.get_new_blocks(1)
-        if new is None:
+        pool = self.pool
+        queue = pool.free_queue
+        if not queue.num_free_blocks:
             return False
-        self.tables[req.id].extend(new)
+        b = queue.popleft()  # as get_new_blocks(1)
+        if b.block_hash is not None:
+            pool._evict(b)
+        b.ref_cnt = 1
+        self.tables[req.id].append(b)
         return True
 
     def cache_blocks(self, req: Any, num_tokens: int) -> None:

@@ -17,6 +17,7 @@ step. ``tests/test_vllm_v1_runs.py`` compares both.
 
 from __future__ import annotations
 
+from operator import attrgetter, sub
 from typing import TYPE_CHECKING, Any
 
 from orcasim.plan import StepPlan
@@ -28,6 +29,11 @@ if TYPE_CHECKING:
     from orcasim.kv.pool import KVPool
     from orcasim.policies.vllm_v1.state import Seq, StepObserver
     from orcasim.request import Request
+
+
+_computed = attrgetter("num_computed_tokens")
+_output_len = attrgetter("output_len")
+_num_output = attrgetter("num_output_tokens")
 
 
 def _count_crossings(firsts: list[int], steps: int, block_size: int) -> int:
@@ -80,13 +86,13 @@ class VllmRuns:
         if out.num_emits != size:
             return None  # someone is still prefilling or recomputing
         bs = p.block_size
-        computed = [r.num_computed_tokens for r in running]  # = known tokens: all sample
-        left = min(min([r.output_len - r.num_output_tokens for r in running]),
-                   p.max_model_len - max(computed))
+        # computed = known tokens: all sample
+        left = min(min(map(sub, map(_output_len, running), map(_num_output, running))),
+                   p.max_model_len - max(map(_computed, running)))
         free = self.kv.pool.free_queue.num_free_blocks
         if left > 1 and size * (1 + (left - 2) // bs) > free:  # the blocks may not last
             # follow-on step j computes token C + j - 1: a new block when it starts one
-            firsts = [1 + (-c) % bs for c in computed]
+            firsts = [1 + (-c) % bs for c in map(_computed, running)]
             if _count_crossings(firsts, left - 1, bs) > free:
                 lo, hi = 0, left - 1  # the last follow-on step whose blocks all fit
                 while lo < hi:

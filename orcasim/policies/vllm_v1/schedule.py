@@ -71,21 +71,31 @@ class Scheduling:
         waiting, seqs = ctx.waiting, self.seqs
         if not waiting or waiting[-1].id in seqs:
             return
+        priority = self.priority
         fresh = []
-        while waiting and waiting[-1].id not in seqs:
-            fresh.append(waiting.pop())
+        if priority:  # each is inserted in key order
+            while waiting and waiting[-1].id not in seqs:
+                fresh.append(waiting.pop())
+        else:  # they stay where they are, in arrival order
+            i = -1
+            n = len(waiting)
+            while i >= -n and waiting[i].id not in seqs:
+                fresh.append(waiting[i])
+                i -= 1
+        caching = self.kv.enable_caching
         for req in reversed(fresh):
             found = misfit(req.prompt_len, req.output_len, self.params)
             if found is not None:
+                if not priority:
+                    waiting.remove(req)
                 ctx.reject(req, found[0])
                 continue
             seqs[req.id] = Seq(req)
-            self.kv.update_hashes(req)
+            if caching:
+                self.kv.update_hashes(req)
             self._arrivals.append(req)
-            if self.priority:
+            if priority:
                 bisect.insort(waiting, req, key=self._order)
-            else:
-                waiting.append(req)
 
     def _has_requests(self) -> bool:
         return bool(self.running or self.ctx.waiting or self._finished_since_schedule)
@@ -118,6 +128,7 @@ class Scheduling:
         preempted: list[Request] = []
 
         tables, num_cached = kv.tables, kv.num_cached
+        append_block = kv.append_block
         bs = kv.block_size
         caching = kv.enable_caching
         use_placeholders = p.async_scheduling  # async: placeholders and in-flight counts
@@ -140,9 +151,11 @@ class Scheduling:
                 continue
             known = seq.num_prompt + req.num_output_tokens  # req.num_tokens
             n = known + placeholders - computed
-            if n == 1 and computed < last_slot and len(tables[rid]) * bs > computed:
-                # the lazy decode path: its slot is in a block it holds, so allocate_slots
-                # would take no block; only a block of known tokens just filled is cached
+            if n == 1 and computed < last_slot and (len(tables[rid]) * bs > computed
+                                                     or append_block(req)):
+                # the lazy decode path: its slot is in a block it holds, or starts a block
+                # that it took (what allocate_slots would do); only a block of known tokens
+                # just filled is cached
                 if caching and (computed + 1 if computed < known else known) // bs > \
                         num_cached.get(rid, 0):
                     kv.cache_blocks(req, computed + 1 if computed < known else known)
@@ -268,17 +281,20 @@ class Scheduling:
     def _update(self, out: StepOutput, plan: StepPlan | None = None) -> None:
         """Apply a step's sampled tokens (``plan``: the step being completed, for its ITL count)."""
         kv, seqs, ctx = self.kv, self.seqs, self.ctx
-        max_len = self.params.max_model_len
-        block_size = self.params.block_size
+        p = self.params
+        max_len = p.max_model_len
+        block_size = p.block_size
+        hashing = kv.enable_caching
         t_end, prev_end = out.t_end, out.prev_end
         bulk = 0
         finished: list[Request] = []
-        left_running: set[int] = set()
-        left_waiting: set[int] = set()
+        queued: set[int] = set()  # finished requests that were in the queue
         record_itl = ctx.recorder.record_itl
-        in_flight = self.params.async_scheduling  # sync: one step in flight, nothing stale
+        in_flight = p.async_scheduling  # sync: one step in flight, nothing stale
         stale = False
         for req, n, _, _, emits in out.entries:
+            if not (emits or in_flight):
+                continue
             seq = seqs.get(req.id)
             if seq is None:  # finished by an earlier step's output
                 continue
@@ -287,8 +303,8 @@ class Scheduling:
                 stale = seq.num_stale > 0
                 if stale:
                     seq.num_stale -= n
-            if not emits:
-                continue
+                if not emits:
+                    continue
             num_out = req.num_output_tokens
             if num_out == 0:
                 req.first_token = t_end
@@ -300,32 +316,40 @@ class Scheduling:
             req.num_output_tokens = num_out
             req.last_token = t_end
             known = seq.num_prompt + num_out  # req.num_tokens
-            if known % block_size == 0:  # a block of known tokens just filled
+            if hashing and known % block_size == 0:  # a block of known tokens just filled
                 kv.update_hashes(req)
             if in_flight and seq.num_placeholders and not stale:
                 seq.num_placeholders -= 1
                 if seq.status == RUNNING:
                     kv.cache_blocks(req, req.num_computed_tokens - seq.num_in_flight)
             if known >= max_len or num_out >= req.output_len:
-                (left_running if seq.status == RUNNING else left_waiting).add(req.id)
+                if seq.status != RUNNING:  # its last token came after it was preempted
+                    queued.add(req.id)
                 self._retire(req)
                 finished.append(req)
         if plan is not None:
             plan.num_itl_tokens = bulk
         elif bulk:
-            ctx.recorder.record_itl(t_end - prev_end, bulk)
-        if left_running:
-            self.running = [r for r in self.running if r.id not in left_running]
-        if left_waiting:
-            kept = [r for r in ctx.waiting if r.id not in left_waiting]
-            ctx.waiting.clear()
-            ctx.waiting.extend(kept)
+            record_itl(t_end - prev_end, bulk)
         if finished:
-            self._finished_since_schedule = True
-            for req in finished:
-                ctx.finish(req, t_end)
+            self._leave(finished, queued, t_end)
         if self.observer is not None:
             self.observer.updated(self, out, finished)
+
+    def _leave(self, finished: list[Request], queued: set[int], t_end: float) -> None:
+        """Take finished requests out of the running list (``queued``: ids of those in the
+        queue, out of it) and record them."""
+        ctx = self.ctx
+        if len(queued) < len(finished):
+            gone = {r.id for r in finished}
+            self.running = [r for r in self.running if r.id not in gone]
+        if queued:
+            kept = [r for r in ctx.waiting if r.id not in queued]
+            ctx.waiting.clear()
+            ctx.waiting.extend(kept)
+        self._finished_since_schedule = True
+        for req in finished:
+            ctx.finish(req, t_end)
 
     def _retire(self, req: Request) -> None:
         """``req`` sampled its last token: its counters, blocks and hashes go (the caller
