@@ -176,7 +176,7 @@ class VllmV1(VllmRuns, Scheduling, TokenPolicy):
         self.priority = params.policy == "priority"
         self.watermark_blocks = int(params.watermark * params.num_blocks)
         self.seqs: dict[int, Seq] = {}
-        self.observer: StepObserver | None = None
+        self._observer: StepObserver | None = None
         self._finished_since_schedule = False
         self._arrivals: list[Request] = []
         self._queue: deque[StepOutput] = deque()  # steps in flight, newest first
@@ -190,6 +190,21 @@ class VllmV1(VllmRuns, Scheduling, TokenPolicy):
         # prompt tokens at first admission, and how many of them the prefix cache served
         self.num_prompt_tokens_admitted = 0
         self.num_prefix_hit_tokens = 0
+
+    @property
+    def observer(self) -> StepObserver | None:
+        """Sees every schedule call and output (a trace writer); set before the engine starts."""
+        return self._observer
+
+    @observer.setter
+    def observer(self, observer: StepObserver | None) -> None:
+        # an observer sees every step: no runs, and no lazy arrivals to serve them
+        self._observer = observer
+        self._runs = observer is None and self.runs_unchanged
+        if self._runs:
+            self.__dict__.pop("decode_run", None)
+        else:
+            self.decode_run = None  # type: ignore[assignment]  # spare the engine the ask
 
     # -- the waiting queue (ctx.waiting, kept in the policy's order) ------------------
 
@@ -260,8 +275,8 @@ class VllmV1(VllmRuns, Scheduling, TokenPolicy):
                 return None
             if self._has_requests():
                 out = self._schedule()
-                if self.observer is not None:
-                    self.observer.scheduled(self, out)
+                if self._observer is not None:
+                    self._observer.scheduled(self, out)
                 queue.appendleft(out)
                 if not (len(queue) < self._queue_size
                         and (out.num_tokens or self._has_requests())):

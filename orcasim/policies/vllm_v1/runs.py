@@ -54,7 +54,7 @@ class VllmRuns:
     pool: KVPool | None
     running: list[Request]
     seqs: dict[int, Seq]
-    observer: StepObserver | None
+    _observer: StepObserver | None
     _runs: bool
     _current: StepOutput | None
     _update_at_end: bool
@@ -74,7 +74,7 @@ class VllmRuns:
         """
         out = self._current
         if (not self._runs or plan is None or out is None or out.plan is not plan
-                or self.observer is not None or out.preempted):
+                or self._observer is not None or out.preempted):
             return None
         p = self.params
         running = self.running

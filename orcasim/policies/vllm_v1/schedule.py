@@ -43,7 +43,7 @@ class Scheduling:
     seqs: dict[int, Seq]
     priority: bool
     watermark_blocks: int
-    observer: StepObserver | None
+    _observer: StepObserver | None
     _arrivals: list[Request]
     _finished_since_schedule: bool
     num_prompt_tokens_admitted: int
@@ -333,8 +333,8 @@ class Scheduling:
             record_itl(t_end - prev_end, bulk)
         if finished:
             self._leave(finished, queued, t_end)
-        if self.observer is not None:
-            self.observer.updated(self, out, finished)
+        if self._observer is not None:
+            self._observer.updated(self, out, finished)
 
     def _leave(self, finished: list[Request], queued: set[int], t_end: float) -> None:
         """Take finished requests out of the running list (``queued``: ids of those in the
