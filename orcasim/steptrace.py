@@ -187,14 +187,14 @@ class TraceWriter:
         entries = []
         for req, n, start, kind, emits in out.entries:
             if kind == KIND_RUNNING:
-                e: dict[str, Any] = {"id": label(req), "n": n, "start": start,
-                                     "kind": "running", "emits": emits}
+                entries.append({"id": label(req), "n": n, "start": start, "kind": "running",
+                                "emits": emits})
             else:
-                e = {"id": label(req), "n": n, "start": start, "kind": KIND_NAMES[kind],
-                     "emits": emits, "cached": start}
-            if self.block_tables:
-                e["blocks"] = kv.block_ids(req)
-            entries.append(e)
+                entries.append({"id": label(req), "n": n, "start": start,
+                                "kind": KIND_NAMES[kind], "emits": emits, "cached": start})
+        if self.block_tables:
+            for e, entry in zip(entries, out.entries, strict=True):
+                e["blocks"] = kv.block_ids(entry[0])
         preempted = out.preempted
         waiting = policy.ctx.waiting
         line = {

@@ -273,7 +273,7 @@ class VllmV1(VllmRuns, Scheduling, TokenPolicy):
                     self._update(queue.pop())
                 self._wait_on = None
                 return None
-            if self._has_requests():
+            if self.running or ctx.waiting or self._finished_since_schedule:  # has requests
                 out = self._schedule()
                 if self._observer is not None:
                     self._observer.scheduled(self, out)
@@ -316,7 +316,7 @@ class VllmV1(VllmRuns, Scheduling, TokenPolicy):
         out.t_end = t_end
         out.prev_end = self.ctx.last_step_end
         if self.pool is not None:
-            self.pool.observe(t_start, t_end, plan.num_kv_tokens + plan.num_tokens, False)
+            self.pool.observe(t_start, t_end, plan.num_kv_tokens + out.num_tokens, False)
         if self._update_at_end:
             self._update_at_end = False
             self._update(out, plan)

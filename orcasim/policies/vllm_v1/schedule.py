@@ -118,15 +118,16 @@ class Scheduling:
         kv, seqs, running = self.kv, self.seqs, self.running
         waiting = self.ctx.waiting
         budget = p.max_num_batched_tokens
-        max_len = p.max_model_len
-        threshold = p.long_prefill_token_threshold if len(running) + len(waiting) > 1 else 0
+        last_slot = p.max_model_len - 1
+        threshold = p.long_prefill_token_threshold
+        if threshold and len(running) + len(waiting) <= 1:
+            threshold = 0
         priority = self.priority
         # entries [req, n, start, kind, emits] in order; under priority a victim's entry is
         # taken back, so they are kept by request id until the end
         entries: list[list[Any]] = []
         scheduled: dict[int, list[Any]] = {}
         preempted: list[Request] = []
-
         tables, num_cached = kv.tables, kv.num_cached
         append_block = kv.append_block
         bs = kv.block_size
@@ -138,7 +139,6 @@ class Scheduling:
         inline = not priority
         pending: list[list[Any]] = []
         num_tokens = num_decode = num_emits = 0
-        last_slot = max_len - 1
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
