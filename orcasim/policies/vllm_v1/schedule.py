@@ -133,56 +133,96 @@ class Scheduling:
         bs = kv.block_size
         caching = kv.enable_caching
         use_placeholders = p.async_scheduling  # async: placeholders and in-flight counts
-        # FCFS never takes a scheduled request back (its victims come from the end of the
-        # list, after the request being scheduled), so a lazy decode is advanced at once;
-        # everything else is advanced by the pass at the end, over ``pending``
-        inline = not priority
-        pending: list[list[Any]] = []
-        num_tokens = num_decode = num_emits = 0
-        i = 0
-        while i < len(running) and budget > 0:
-            req = running[i]
-            rid = req.id
-            seq = seqs[rid]
-            computed = req.num_computed_tokens
-            placeholders = seq.num_placeholders
-            if placeholders and (computed + 2 - placeholders >= seq.num_prompt + req.output_len):
-                i += 1  # its last token is already in flight
-                continue
-            known = seq.num_prompt + req.num_output_tokens  # req.num_tokens
-            n = known + placeholders - computed
-            if n == 1 and computed < last_slot and (len(tables[rid]) * bs > computed
-                                                     or append_block(req)):
-                # the lazy decode path: its slot is in a block it holds, or starts a block
-                # that it took (what allocate_slots would do); only a block of known tokens
-                # just filled is cached
-                if caching and (computed + 1 if computed < known else known) // bs > \
-                        num_cached.get(rid, 0):
-                    kv.cache_blocks(req, computed + 1 if computed < known else known)
-                budget -= 1
-                i += 1
-                if inline:  # it computes its last known token: it samples
+        pending: list[list[Any]] = []  # entries advanced by the pass at the end
+        num_tokens = num_decode = num_emits = num_lazy = 0
+        if not priority:
+            # FCFS takes victims from the end of the list, after the request being
+            # scheduled, so the iteration stops before them and a scheduled request stays
+            # scheduled: a lazy decode is advanced at once
+            for req in running:
+                if budget <= 0:
+                    break
+                computed = req.num_computed_tokens
+                if use_placeholders:
+                    seq = seqs[req.id]
+                    placeholders = seq.num_placeholders
+                    num_prompt = seq.num_prompt
+                    if placeholders and computed + 2 - placeholders >= num_prompt + req.output_len:
+                        continue  # its last token is already in flight
+                else:
+                    placeholders = 0
+                    num_prompt = req.prompt_len or 1  # seq.num_prompt
+                known = num_prompt + req.num_output_tokens  # req.num_tokens
+                n = known + placeholders - computed
+                if n == 1 and computed < last_slot and (len(tables[req.id]) * bs > computed
+                                                         or append_block(req)):
+                    # the lazy decode path: its slot is in a block it holds, or starts a
+                    # block that it took (what allocate_slots would do); only a block of
+                    # known tokens just filled is cached. It computes its last known token:
+                    # it samples.
+                    m = computed + 1 if computed < known else known
+                    if caching and m // bs > num_cached.get(req.id, 0):
+                        kv.cache_blocks(req, m)
+                    budget -= 1
                     entries.append([req, 1, computed, KIND_RUNNING, True])
                     req.num_computed_tokens = computed + 1
-                    num_tokens += 1
-                    num_emits += 1
-                    if computed >= seq.num_prompt:
+                    num_lazy += 1
+                    if computed >= num_prompt:
                         num_decode += 1
                     if use_placeholders:
                         seq.num_in_flight += 1
                         seq.num_placeholders += 1
+                    continue
+                if 0 < threshold < n:
+                    n = threshold
+                n = min(n, budget, last_slot - computed)
+                if n <= 0:
+                    continue
+                while kv.allocate_slots(req, n) is None:
+                    victim = running.pop()
+                    self._preempt(victim)
+                    preempted.append(victim)
+                    if victim is req:
+                        break
                 else:
+                    e = [req, n, computed, KIND_RUNNING, False]
+                    entries.append(e)
+                    pending.append(e)
+                    budget -= n
+                    continue
+                break  # it was preempted itself: nothing after it runs
+        else:
+            # a victim may come from before the request being scheduled (its entry is
+            # taken back): every entry is advanced by the pass at the end
+            i = 0
+            while i < len(running) and budget > 0:
+                req = running[i]
+                rid = req.id
+                seq = seqs[rid]
+                computed = req.num_computed_tokens
+                placeholders = seq.num_placeholders
+                if placeholders and computed + 2 - placeholders >= seq.num_prompt + req.output_len:
+                    i += 1  # its last token is already in flight
+                    continue
+                known = seq.num_prompt + req.num_output_tokens  # req.num_tokens
+                n = known + placeholders - computed
+                if n == 1 and computed < last_slot and (len(tables[rid]) * bs > computed
+                                                         or append_block(req)):
+                    m = computed + 1 if computed < known else known  # the lazy decode path
+                    if caching and m // bs > num_cached.get(rid, 0):
+                        kv.cache_blocks(req, m)
+                    budget -= 1
+                    i += 1
                     scheduled[rid] = [req, 1, computed, KIND_RUNNING, False]
-                continue
-            if 0 < threshold < n:
-                n = threshold
-            n = min(n, budget, last_slot - computed)
-            if n <= 0:
-                i += 1
-                continue
-            fits = True
-            while kv.allocate_slots(req, n) is None:
-                if priority:
+                    continue
+                if 0 < threshold < n:
+                    n = threshold
+                n = min(n, budget, last_slot - computed)
+                if n <= 0:
+                    i += 1
+                    continue
+                fits = True
+                while kv.allocate_slots(req, n) is None:
                     victim = max(running, key=self._order)
                     j = running.index(victim)
                     del running[j]
@@ -191,25 +231,16 @@ class Scheduling:
                     gone = scheduled.pop(victim.id, None)
                     if gone is not None:
                         budget += gone[1]
-                else:
-                    victim = running.pop()
-                self._preempt(victim)
-                preempted.append(victim)
-                if victim is req:
-                    fits = False
-                    break
-            if not fits:
-                if priority:
+                    self._preempt(victim)
+                    preempted.append(victim)
+                    if victim is req:
+                        fits = False
+                        break
+                if not fits:
                     continue  # it left the list; the requests after it may still fit
-                break
-            e = [req, n, computed, KIND_RUNNING, False]
-            if priority:
-                scheduled[rid] = e
-            else:
-                entries.append(e)
-            pending.append(e)
-            budget -= n
-            i += 1
+                scheduled[rid] = [req, n, computed, KIND_RUNNING, False]
+                budget -= n
+                i += 1
 
         if not preempted and budget > 0 and waiting and len(running) < p.max_num_seqs:
             skipped: list[Request] = []
@@ -251,6 +282,8 @@ class Scheduling:
                 self._enqueue_front(req)
 
         # advance the computed tokens now, so the next step can be scheduled at once
+        num_tokens += num_lazy
+        num_emits += num_lazy
         if priority:
             entries = list(scheduled.values())
         for e in entries if priority else pending:
