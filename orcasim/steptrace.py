@@ -198,7 +198,7 @@ class TraceWriter:
         preempted = out.preempted
         waiting = policy.ctx.waiting
         line = {
-            "step": round(policy.ctx.now),
+            "step": round(policy.ctx.env.now),
             "arrivals": arrivals,
             "scheduled": entries,
             "num_batched_tokens": out.num_tokens,

@@ -213,7 +213,14 @@ class Scheduling:
                         kv.cache_blocks(req, m)
                     budget -= 1
                     i += 1
-                    scheduled[rid] = [req, 1, computed, KIND_RUNNING, False]
+                    if use_placeholders:  # advanced by the pass at the end
+                        scheduled[rid] = [req, 1, computed, KIND_RUNNING, False]
+                    else:  # advanced at once (were it taken back, its preemption resets it)
+                        scheduled[rid] = [req, 1, computed, KIND_RUNNING, True]
+                        req.num_computed_tokens = computed + 1
+                        num_lazy += 1
+                        if computed >= seq.num_prompt:
+                            num_decode += 1
                     continue
                 if 0 < threshold < n:
                     n = threshold
@@ -231,6 +238,10 @@ class Scheduling:
                     gone = scheduled.pop(victim.id, None)
                     if gone is not None:
                         budget += gone[1]
+                        if gone[4]:  # advanced at once: not in this step after all
+                            num_lazy -= 1
+                            if gone[2] >= seqs[victim.id].num_prompt:
+                                num_decode -= 1
                     self._preempt(victim)
                     preempted.append(victim)
                     if victim is req:
@@ -242,9 +253,12 @@ class Scheduling:
                 budget -= n
                 i += 1
 
-        if not preempted and budget > 0 and waiting and len(running) < p.max_num_seqs:
+        max_num_seqs = p.max_num_seqs
+        if not preempted and budget > 0 and waiting and len(running) < max_num_seqs:
             skipped: list[Request] = []
-            while budget > 0 and waiting and len(running) < p.max_num_seqs:
+            chunked = p.enable_chunked_prefill
+            reserve = p.scheduler_reserve_full_isl
+            while budget > 0 and waiting and len(running) < max_num_seqs:
                 req = waiting[0]
                 seq = seqs[req.id]
                 if seq.num_stale:  # a step of it is still in flight
@@ -254,11 +268,11 @@ class Scheduling:
                 n = seq.num_prompt + req.num_output_tokens - num_hit  # req.num_tokens - hit
                 if 0 < threshold < n:
                     n = threshold
-                if not p.enable_chunked_prefill and n > budget:
+                if not chunked and n > budget:
                     break
-                n = min(n, budget)
-                if kv.allocate_slots(req, n, hit, num_hit,
-                                     full_sequence_must_fit=p.scheduler_reserve_full_isl,
+                if n > budget:
+                    n = budget
+                if kv.allocate_slots(req, n, hit, num_hit, full_sequence_must_fit=reserve,
                                      watermark_blocks=self.watermark_blocks if running else 0
                                      ) is None:
                     break
@@ -287,6 +301,8 @@ class Scheduling:
         if priority:
             entries = list(scheduled.values())
         for e in entries if priority else pending:
+            if e[4]:  # advanced at once
+                continue
             req, n = e[0], e[1]
             seq = seqs[req.id]
             if n == 1 and e[2] >= seq.num_prompt:
