@@ -9,10 +9,10 @@ request that crosses a block boundary finds a free block (no preemption).
 :meth:`VllmRuns.decode_run` says how many such steps follow;
 :meth:`VllmRuns.complete_run` applies them at the run's end with only the
 work that changes state: one block per boundary crossed and, with prefix
-caching, the hashes and cache entries of the blocks that fill, in the order
-the per-step scheduler would make them (step, then running-list order), so
-block ids, the free queue and the prefix cache end up exactly as step by
-step. ``tests/test_vllm_v1_runs.py`` compares both.
+caching, the hashes and cache entries of the blocks that fill, each kind in
+the order the per-step scheduler would make them (step, then running-list
+order), so block ids, the free queue and the prefix cache end up exactly as
+step by step. ``tests/test_vllm_v1_runs.py`` compares both.
 """
 
 from __future__ import annotations
