@@ -81,10 +81,10 @@ class VllmRuns:
         size = len(running)
         if p.async_scheduling or not size or plan.num_seqs != size:
             return None
-        if self.ctx.waiting and size < p.max_num_seqs:
-            return None  # the head of the queue waits for blocks that only a finish frees
         if out.num_emits != size:
             return None  # someone is still prefilling or recomputing
+        if size < p.max_num_seqs and self.ctx.waiting:
+            return None  # the head of the queue waits for blocks that only a finish frees
         bs = p.block_size
         # computed = known tokens: all sample
         left = min(min(map(sub, map(_output_len, running), map(_num_output, running))),
@@ -102,7 +102,7 @@ class VllmRuns:
                     else:
                         hi = mid - 1
                 left = lo + 1
-        self._run_t0 = self.ctx.now
+        self._run_t0 = self.ctx.env.now
         return size, plan.num_kv_tokens + plan.num_tokens, left, True
 
     def complete_run(self, plan: StepPlan, ends: list[float]) -> None:
@@ -151,8 +151,7 @@ class VllmRuns:
         fills: list[tuple[int, int, int]] = []  # (step, position, o): its token fills a block
         caches: list[tuple[int, int, int]] = []  # (step, position, tokens): cache_blocks
         finishing: list[Request] = []
-        for pos, e in enumerate(out.entries):
-            req = e[0]
+        for pos, req in enumerate(running):  # the entries' requests, in their order
             o = req.num_output_tokens
             if o == 0:
                 req.first_token = t1
