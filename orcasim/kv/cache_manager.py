@@ -240,6 +240,17 @@ class KVCacheManager:
         self.tables[req.id].append(b)
         return True
 
+    def append_blocks(self, reqs: list[Any]) -> bool:
+        """:meth:`append_block` for each request of ``reqs`` in turn (one may come more than
+        once); False, changing nothing, when fewer blocks are free."""
+        new = self.pool.get_new_blocks(len(reqs))  # taken from the head in order, as one by one
+        if new is None:
+            return False
+        tables = self.tables
+        for req, b in zip(reqs, new, strict=True):
+            tables[req.id].append(b)
+        return True
+
     def cache_blocks(self, req: Any, num_tokens: int) -> None:
         """Register the full, hashed blocks among the first ``num_tokens`` tokens in the cache."""
         rid = req.id

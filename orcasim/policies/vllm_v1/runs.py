@@ -194,11 +194,10 @@ class VllmRuns:
             prev = 1  # the first follow-on step whose row is not in allocs
         if appends:
             appends.sort()
-            append_block = kv.append_block
-            for j, pos in appends:
-                if not append_block(running[pos]):
-                    raise AssertionError("a decode run ran out of blocks")
-                if allocs is not None:
+            if not kv.append_blocks([running[pos] for _, pos in appends]):
+                raise AssertionError("a decode run ran out of blocks")
+            if allocs is not None:
+                for j, _ in appends:
                     if j > prev:
                         allocs.extend([alloc] * (j - prev))
                         prev = j
