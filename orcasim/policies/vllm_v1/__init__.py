@@ -53,6 +53,7 @@ from orcasim.kv.config import MAX_BLOCK_SIZE, MemoryLayout
 from orcasim.kv.pool import KVPool
 from orcasim.plan import StepPlan
 from orcasim.policies.base import PolicyParams, TokenPolicy
+from orcasim.policies.vllm_v1.output import Output
 from orcasim.policies.vllm_v1.runs import VllmRuns
 from orcasim.policies.vllm_v1.schedule import Scheduling
 from orcasim.policies.vllm_v1.state import (
@@ -93,7 +94,7 @@ __all__ = [
 
 
 @policies.register("vllm-v1")
-class VllmV1(VllmRuns, Scheduling, TokenPolicy):
+class VllmV1(VllmRuns, Scheduling, Output, TokenPolicy):
     """vLLM V1's scheduler: one token budget, running first, recompute preemption, prefix cache."""
 
     class Params(PolicyParams):
