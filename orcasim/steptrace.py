@@ -173,36 +173,48 @@ class TraceWriter:
         self.block_tables = block_tables
         self.lines: list[dict[str, Any]] = []
         self._open: dict[int, dict[str, Any]] = {}
+        # labels of the requests in the system, by request (each made once, at arrival)
+        self._labels: dict[Request, str] = {}
 
     def scheduled(self, policy: VllmV1, out: StepOutput) -> None:
         kv = policy.kv
+        labels = self._labels
+        label = labels.__getitem__
+        arrivals = []
+        if out.arrivals:
+            arrivals = [r.label for r in out.arrivals]
+            labels.update(zip(out.arrivals, arrivals, strict=True))
         entries = []
         for req, n, start, kind, emits in out.entries:
-            e: dict[str, Any] = {"id": req.label, "n": n, "start": start,
-                                 "kind": KIND_NAMES[kind], "emits": emits}
-            if kind != KIND_RUNNING:
-                e["cached"] = start
-            if self.block_tables:
-                e["blocks"] = kv.block_ids(req)
-            entries.append(e)
+            if kind == KIND_RUNNING:
+                entries.append({"id": label(req), "n": n, "start": start, "kind": "running",
+                                "emits": emits})
+            else:
+                entries.append({"id": label(req), "n": n, "start": start,
+                                "kind": KIND_NAMES[kind], "emits": emits, "cached": start})
+        if self.block_tables:
+            for e, entry in zip(entries, out.entries, strict=True):
+                e["blocks"] = kv.block_ids(entry[0])
+        preempted = out.preempted
+        waiting = policy.ctx.waiting
         line = {
-            "step": round(policy.ctx.now),
-            "arrivals": [r.label for r in out.arrivals],
+            "step": round(policy.ctx.env.now),
+            "arrivals": arrivals,
             "scheduled": entries,
             "num_batched_tokens": out.num_tokens,
-            "preempted": sorted(r.label for r in out.preempted),
-            "running": [r.label for r in policy.running],
-            "waiting": [r.label for r in policy.ctx.waiting],
-            "free_blocks_after_schedule": kv.num_free_blocks,
-            "cached_blocks": kv.num_cached_blocks,
+            "preempted": sorted(map(label, preempted)) if preempted else [],
+            "running": list(map(label, policy.running)),
+            "waiting": list(map(label, waiting)) if waiting else [],
+            "free_blocks_after_schedule": kv.pool.free_queue.num_free_blocks,
+            "cached_blocks": len(kv.pool.cached),
         }
         self._open[id(out)] = line
         self.lines.append(line)
 
     def updated(self, policy: VllmV1, out: StepOutput, finished: list[Request]) -> None:
         line = self._open.pop(id(out))
-        line["finished"] = [r.label for r in finished]
-        line["free_blocks_after_update"] = policy.kv.num_free_blocks
+        line["finished"] = list(map(self._labels.pop, finished)) if finished else []
+        line["free_blocks_after_update"] = policy.kv.pool.free_queue.num_free_blocks
 
 
 def run_trace(workload: StepWorkload, *, block_tables: bool = False

@@ -141,3 +141,35 @@ def test_random_tables_keep_the_pool_invariants(ops, caching):
         kv.pool.check()
         held_blocks = {b.block_id for t in kv.tables.values() for b in t}
         assert kv.num_free_blocks + len(held_blocks) == kv.pool.num_usable_blocks
+
+
+def test_appending_blocks_at_once_takes_them_as_one_by_one():
+    """append_blocks (a decode run's boundaries) equals append_block in turn: the same block
+    ids from the head of the free queue, cached free blocks evicted in the same order."""
+    def setup():
+        kv = KVCacheManager(12, 4)
+        a, b = req(0, 8), req(1, 4)
+        for r in (a, b):
+            kv.update_hashes(r)
+            assert kv.allocate_slots(r, r.prompt_len) is not None
+        c = req(2, 8)  # its two cached blocks go to the tail of the free queue when freed
+        kv.update_hashes(c)
+        assert kv.allocate_slots(c, 8) is not None
+        kv.free(c)
+        return kv, a, b
+
+    one, a1, b1 = setup()
+    for r in (a1, b1, a1, b1, b1, a1, b1, a1):  # 8: every free block, c's cached ones last
+        assert one.append_block(r)
+    many, a2, b2 = setup()
+    assert many.append_blocks([a2, b2, a2, b2, b2, a2, b2, a2])
+    assert many.block_ids(a2) == one.block_ids(a1) and many.block_ids(b2) == one.block_ids(b1)
+    assert ids(many.pool.free_queue) == ids(one.pool.free_queue)
+    assert many.pool.num_evictions == one.pool.num_evictions == 2  # c's two cached blocks
+    assert {h: ids(bl.values()) for h, bl in many.pool.cached.items()} == \
+        {h: ids(bl.values()) for h, bl in one.pool.cached.items()}
+    assert len(many.pool.cached) == 3  # a's two full blocks and b's one
+    # more than are free (none is): nothing changes
+    assert not many.append_blocks([a2])
+    assert len(many.tables[0]) == 6 and len(many.tables[1]) == 5
+    many.pool.check()

@@ -80,6 +80,22 @@ def test_a_request_larger_than_the_pool_is_rejected_with_the_reason():
     assert df.loc["ok", "state"] == "finished"
 
 
+@pytest.mark.parametrize("trace_steps", [False, True])
+def test_a_misfit_among_simultaneous_arrivals_leaves_the_others_in_arrival_order(trace_steps):
+    # one sequence at a time: "late" runs after "first" and before "last", "big" never runs
+    v = run([{"name": "first", "prompt_len": 10, "output_len": 2},
+             {"name": "big", "prompt_len": 100, "output_len": 30},
+             {"name": "late", "prompt_len": 10, "output_len": 2},
+             {"name": "last", "prompt_len": 10, "output_len": 2}],
+            trace_steps=trace_steps, block_size=16, num_blocks=8, max_num_seqs=1,
+            max_num_batched_tokens=16)
+    df = v.requests.set_index("name")
+    assert df.loc["big", "state"] == "rejected"
+    assert df.loc["big", "reason"] == "exceeds_kv_capacity"
+    # a 10-token prefill is 1 + 5 s and a decode 1 s: 7 s per request, back to back
+    assert df.loc[["first", "late", "last"], "finish"].tolist() == [7.0, 14.0, 21.0]
+
+
 def test_simulated_time_equals_the_step_clock_when_no_step_is_empty():
     """basic_fcfs never idles: at one second per step the schedule is vLLM's, step for step."""
     wl = json.loads((GOLDEN / "basic_fcfs.json").read_text())

@@ -139,14 +139,16 @@ class KVCacheManager:
         """
         if not self.enable_caching:
             return [], 0
-        get = self.pool.get_cached_block
+        hashes = self.hashes.get(req.id)
+        if not hashes:
+            return [], 0
+        cached = self.pool.cached  # as pool.get_cached_block: the first block cached
         hit: list[Block] = []
-        limit = (req.num_tokens - 1) // self.block_size
-        for h in islice(self.hashes.get(req.id, ()), limit):
-            b = get(h)
-            if b is None:
+        for h in islice(hashes, (req.num_tokens - 1) // self.block_size):
+            blocks = cached.get(h)
+            if not blocks:
                 break
-            hit.append(b)
+            hit.append(next(iter(blocks.values())))
         return hit, len(hit) * self.block_size
 
     # -- allocation ---------------------------------------------------------------------
@@ -184,44 +186,69 @@ class KVCacheManager:
         computed = min(req.num_computed_tokens + num_hit_tokens, max_len)
         num_slots = min(computed + num_new_tokens, max_len)
         rid = req.id
+        bs = self.block_size
+        pool = self.pool
         table = self.tables.get(rid)
         if not hit and not full_sequence_must_fit and table is not None:
             # a running request: only blocks past its table, no hit to take
-            num_new_blocks = cdiv(num_slots, self.block_size) - len(table)
+            num_new_blocks = (num_slots + bs - 1) // bs - len(table)
             if (max(num_new_blocks, 0) + watermark_blocks
-                    > self.pool.free_queue.num_free_blocks):
+                    > pool.free_queue.num_free_blocks):
                 return None
         else:
             hit = hit or []
-            free = self.pool.num_free_blocks
+            free = pool.free_queue.num_free_blocks
+            held = len(table) if table is not None else 0
+            # hit blocks in the free queue leave it when taken
+            revived = sum(1 for b in hit if b.ref_cnt == 0) if hit else 0
             if full_sequence_must_fit:
                 full = min(req.num_tokens, max_len)
-                if self.num_blocks_to_allocate(req, full, hit) + watermark_blocks > free:
+                if (max((full + bs - 1) // bs - held - len(hit), 0) + revived
+                        + watermark_blocks > free):
                     return None
-            if self.num_blocks_to_allocate(req, num_slots, hit) + watermark_blocks > free:
+            if max((num_slots + bs - 1) // bs - held - len(hit), 0) + revived \
+                    + watermark_blocks > free:
                 return None
             if table is None:
                 table = self.tables[rid] = []
             if hit:
-                self.pool.touch(hit)
+                pool.touch(hit)
                 table.extend(hit)
                 self.num_cached[rid] = len(table)
-            num_new_blocks = cdiv(num_slots, self.block_size) - len(table)
+            num_new_blocks = (num_slots + bs - 1) // bs - len(table)
         new: list[Block] = []
         if num_new_blocks > 0:
-            new = self.pool.get_new_blocks(num_new_blocks)  # type: ignore[assignment]
+            new = pool.get_new_blocks(num_new_blocks)  # type: ignore[assignment]
             table.extend(new)
         if self.enable_caching:
-            self.cache_blocks(req, min(computed + num_new_tokens, req.num_tokens))
+            m = min(computed + num_new_tokens, req.num_tokens)
+            if m // bs > self.num_cached.get(rid, 0):
+                self.cache_blocks(req, m)
         return new
 
     def append_block(self, req: Any) -> bool:
         """One more block at the end of a running request's table (a decode crossing a block
         boundary); False, changing nothing, when no block is free."""
-        new = self.pool.get_new_blocks(1)
+        pool = self.pool
+        queue = pool.free_queue
+        if not queue.num_free_blocks:
+            return False
+        b = queue.popleft()  # as get_new_blocks(1)
+        if b.block_hash is not None:
+            pool._evict(b)
+        b.ref_cnt = 1
+        self.tables[req.id].append(b)
+        return True
+
+    def append_blocks(self, reqs: list[Any]) -> bool:
+        """:meth:`append_block` for each request of ``reqs`` in turn (one may come more than
+        once); False, changing nothing, when fewer blocks are free."""
+        new = self.pool.get_new_blocks(len(reqs))  # taken from the head in order, as one by one
         if new is None:
             return False
-        self.tables[req.id].extend(new)
+        tables = self.tables
+        for req, b in zip(reqs, new, strict=True):
+            tables[req.id].append(b)
         return True
 
     def cache_blocks(self, req: Any, num_tokens: int) -> None:

@@ -53,6 +53,7 @@ from orcasim.kv.config import MAX_BLOCK_SIZE, MemoryLayout
 from orcasim.kv.pool import KVPool
 from orcasim.plan import StepPlan
 from orcasim.policies.base import PolicyParams, TokenPolicy
+from orcasim.policies.vllm_v1.output import Output
 from orcasim.policies.vllm_v1.runs import VllmRuns
 from orcasim.policies.vllm_v1.schedule import Scheduling
 from orcasim.policies.vllm_v1.state import (
@@ -93,7 +94,7 @@ __all__ = [
 
 
 @policies.register("vllm-v1")
-class VllmV1(VllmRuns, Scheduling, TokenPolicy):
+class VllmV1(VllmRuns, Scheduling, Output, TokenPolicy):
     """vLLM V1's scheduler: one token budget, running first, recompute preemption, prefix cache."""
 
     class Params(PolicyParams):
@@ -176,16 +177,35 @@ class VllmV1(VllmRuns, Scheduling, TokenPolicy):
         self.priority = params.policy == "priority"
         self.watermark_blocks = int(params.watermark * params.num_blocks)
         self.seqs: dict[int, Seq] = {}
-        self.observer: StepObserver | None = None
+        self._observer: StepObserver | None = None
         self._finished_since_schedule = False
         self._arrivals: list[Request] = []
         self._queue: deque[StepOutput] = deque()  # steps in flight, newest first
         self._queue_size = 2 if params.async_scheduling else 1
         self._current: StepOutput | None = None
         self._update_at_end = False
+        # a decision in progress: ready_plan returned None and next_step goes on with it
+        self._resume = False
+        self._num_empty = 0  # schedule calls of the decision that scheduled nothing
+        self._wait_on: simpy.Event | None = None  # what the decision waits on (None: done)
         # prompt tokens at first admission, and how many of them the prefix cache served
         self.num_prompt_tokens_admitted = 0
         self.num_prefix_hit_tokens = 0
+
+    @property
+    def observer(self) -> StepObserver | None:
+        """Sees every schedule call and output (a trace writer); set before the engine starts."""
+        return self._observer
+
+    @observer.setter
+    def observer(self, observer: StepObserver | None) -> None:
+        # an observer sees every step: no runs, and no lazy arrivals to serve them
+        self._observer = observer
+        self._runs = observer is None and self.runs_unchanged
+        if self._runs:
+            self.__dict__.pop("decode_run", None)
+        else:
+            self.decode_run = None  # type: ignore[assignment]  # spare the engine the ask
 
     # -- the waiting queue (ctx.waiting, kept in the policy's order) ------------------
 
@@ -217,20 +237,47 @@ class VllmV1(VllmRuns, Scheduling, TokenPolicy):
             "prefix_cache_hit_rate": self.num_prefix_hit_tokens / total if total else 0.0,
         }
 
+    def ready_plan(self) -> StepPlan | None:  # type: ignore[override]
+        """The next step's plan when the decision needs no wait (the engine's fast path).
+
+        ``None``: the decision waits on an event (or the run is over), and
+        :meth:`next_step` carries it on from where it stopped.
+        """
+        self._num_empty = 0
+        plan = self._decide()
+        self._resume = plan is None
+        return plan
+
     def next_step(self) -> Generator[simpy.Event, Any, StepPlan | None]:
+        if not self._resume:  # a decision not begun by ready_plan
+            self._num_empty = 0
+            plan = self._decide()
+            if plan is not None:
+                return plan
+        self._resume = False
+        while self._wait_on is not None:
+            yield self._wait_on
+            plan = self._decide()
+            if plan is not None:
+                return plan
+        return None
+
+    def _decide(self) -> StepPlan | None:
+        """Schedule until a step has a plan; ``None``: wait on ``_wait_on`` first (``None``:
+        nothing is left to run). vLLM's engine loop with its batch queue."""
         ctx = self.ctx
         queue = self._queue
-        num_empty = 0
         while True:
             self._take_arrivals()
             if not self.running and not ctx.waiting and ctx.arrivals_done:
                 while queue:
                     self._update(queue.pop())
+                self._wait_on = None
                 return None
-            if self._has_requests():
+            if self.running or ctx.waiting or self._finished_since_schedule:  # has requests
                 out = self._schedule()
-                if self.observer is not None:
-                    self.observer.scheduled(self, out)
+                if self._observer is not None:
+                    self._observer.scheduled(self, out)
                 queue.appendleft(out)
                 if not (len(queue) < self._queue_size
                         and (out.num_tokens or self._has_requests())):
@@ -247,18 +294,20 @@ class VllmV1(VllmRuns, Scheduling, TokenPolicy):
                 if self._update_at_end:
                     self._update_at_end = False
                     self._update(out)
-                num_empty += 1
+                self._num_empty += 1
                 held = self.running or ctx.waiting
                 stuck = bool(held) and not out.preempted and not any(o.num_tokens for o in queue)
-                if num_empty > MAX_EMPTY_SCHEDULES or (stuck and ctx.arrivals_done):
+                if self._num_empty > MAX_EMPTY_SCHEDULES or (stuck and ctx.arrivals_done):
                     who = f"request {held[0].label}" if held else "anything"
                     raise SimulationError(
                         f"policy 'vllm-v1' cannot schedule {who} at t={ctx.now:.6g}: "
                         "nothing is in flight and nothing fits")
                 if stuck:  # only an arrival can change anything
-                    yield ctx.arrival
+                    self._wait_on = ctx.arrival
+                    return None
             elif not queue:
-                yield ctx.arrival
+                self._wait_on = ctx.arrival
+                return None
             else:
                 self._update(queue.pop())
 
@@ -268,7 +317,7 @@ class VllmV1(VllmRuns, Scheduling, TokenPolicy):
         out.t_end = t_end
         out.prev_end = self.ctx.last_step_end
         if self.pool is not None:
-            self.pool.observe(t_start, t_end, plan.num_kv_tokens + plan.num_tokens, False)
+            self.pool.observe(t_start, t_end, plan.num_kv_tokens + out.num_tokens, False)
         if self._update_at_end:
             self._update_at_end = False
             self._update(out, plan)

@@ -9,14 +9,15 @@ request that crosses a block boundary finds a free block (no preemption).
 :meth:`VllmRuns.decode_run` says how many such steps follow;
 :meth:`VllmRuns.complete_run` applies them at the run's end with only the
 work that changes state: one block per boundary crossed and, with prefix
-caching, the hashes and cache entries of the blocks that fill, in the order
-the per-step scheduler would make them (step, then running-list order), so
-block ids, the free queue and the prefix cache end up exactly as step by
-step. ``tests/test_vllm_v1_runs.py`` compares both.
+caching, the hashes and cache entries of the blocks that fill, each kind in
+the order the per-step scheduler would make them (step, then running-list
+order), so block ids, the free queue and the prefix cache end up exactly as
+step by step. ``tests/test_vllm_v1_runs.py`` compares both.
 """
 
 from __future__ import annotations
 
+from operator import attrgetter, sub
 from typing import TYPE_CHECKING, Any
 
 from orcasim.plan import StepPlan
@@ -28,6 +29,11 @@ if TYPE_CHECKING:
     from orcasim.kv.pool import KVPool
     from orcasim.policies.vllm_v1.state import Seq, StepObserver
     from orcasim.request import Request
+
+
+_computed = attrgetter("num_computed_tokens")
+_output_len = attrgetter("output_len")
+_num_output = attrgetter("num_output_tokens")
 
 
 def _count_crossings(firsts: list[int], steps: int, block_size: int) -> int:
@@ -48,7 +54,7 @@ class VllmRuns:
     pool: KVPool | None
     running: list[Request]
     seqs: dict[int, Seq]
-    observer: StepObserver | None
+    _observer: StepObserver | None
     _runs: bool
     _current: StepOutput | None
     _update_at_end: bool
@@ -68,25 +74,25 @@ class VllmRuns:
         """
         out = self._current
         if (not self._runs or plan is None or out is None or out.plan is not plan
-                or self.observer is not None or out.preempted):
+                or self._observer is not None or out.preempted):
             return None
         p = self.params
         running = self.running
         size = len(running)
         if p.async_scheduling or not size or plan.num_seqs != size:
             return None
-        if self.ctx.waiting and size < p.max_num_seqs:
-            return None  # the head of the queue waits for blocks that only a finish frees
         if out.num_emits != size:
             return None  # someone is still prefilling or recomputing
+        if size < p.max_num_seqs and self.ctx.waiting:
+            return None  # the head of the queue waits for blocks that only a finish frees
         bs = p.block_size
-        computed = [r.num_computed_tokens for r in running]  # = known tokens: all sample
-        left = min(min([r.output_len - r.num_output_tokens for r in running]),
-                   p.max_model_len - max(computed))
+        # computed = known tokens: all sample
+        left = min(min(map(sub, map(_output_len, running), map(_num_output, running))),
+                   p.max_model_len - max(map(_computed, running)))
         free = self.kv.pool.free_queue.num_free_blocks
         if left > 1 and size * (1 + (left - 2) // bs) > free:  # the blocks may not last
             # follow-on step j computes token C + j - 1: a new block when it starts one
-            firsts = [1 + (-c) % bs for c in computed]
+            firsts = [1 + (-c) % bs for c in map(_computed, running)]
             if _count_crossings(firsts, left - 1, bs) > free:
                 lo, hi = 0, left - 1  # the last follow-on step whose blocks all fit
                 while lo < hi:
@@ -96,7 +102,7 @@ class VllmRuns:
                     else:
                         hi = mid - 1
                 left = lo + 1
-        self._run_t0 = self.ctx.now
+        self._run_t0 = self.ctx.env.now
         return size, plan.num_kv_tokens + plan.num_tokens, left, True
 
     def complete_run(self, plan: StepPlan, ends: list[float]) -> None:
@@ -105,18 +111,21 @@ class VllmRuns:
         The first step's output is applied as the per-step update would (every
         request samples, nobody finishes); the follow-on steps advance every
         request's counters in bulk (their inter-token gaps are the recorder's,
-        one per request and step), and their work on blocks and requests is
-        replayed in order: per step, new blocks at boundaries and cache
-        entries of filled blocks (the schedule call), the memory series' row
-        (the step), then hashes of blocks filled by the step's token and, in
-        the last step, finishes (its output).
+        one per request and step). Their work on blocks is replayed kind by
+        kind, each kind in the per-step order (step, then running-list
+        order): new blocks at boundaries (the schedule calls), hashes of
+        blocks filled by a step's token (its output), cache entries of filled
+        blocks (the schedule calls), then the memory rows and the last step's
+        finishes. The kinds touch different state: a block taken from the
+        free queue may drop a cache entry, but of a free block, never of one
+        a request holds, and a cache entry needs only hashes of earlier steps.
         """
         k = len(ends)
         if k == 1:
             self.complete_step(plan, self._run_t0, ends[0])
             return
         # the first step as complete_step does it: its memory row, then its output (every
-        # request samples, nobody finishes), folded into the pass that builds the events
+        # request samples, nobody finishes), folded into the pass over the requests
         ctx = self.ctx
         out = self._current
         assert out is not None and out.plan is plan and self._update_at_end
@@ -131,20 +140,18 @@ class VllmRuns:
         last = k - 1  # the follow-on steps are 1..last; nobody finishes before the last
         running = self.running  # the scheduled requests, in the same order
         size = len(running)
-        seqs = self.seqs
         kv = self.kv
         bs = kv.block_size
         caching = kv.enable_caching
         max_len = self.params.max_model_len
         t = ends[-1]
-        # (step, stage, position, phase, computed, outputs): at a step's schedule (stage 0) a
-        # request takes a block (phase 0), then registers its filled blocks in the cache (1);
-        # as the step's output lands (stage 1) it hashes the block its token fills (0) and,
-        # in the last step, finishes (1)
-        events = []
-        for pos, e in enumerate(out.entries):
-            req = e[0]
-            seqs[req.id].num_in_flight -= e[1]
+        # follow-on step j computes token c + j - 1 (c: computed tokens after the first step),
+        # knowing c + j tokens, o + j of them generated, after it
+        appends: list[tuple[int, int]] = []  # (step, position): a block taken at its schedule
+        fills: list[tuple[int, int, int]] = []  # (step, position, o): its token fills a block
+        caches: list[tuple[int, int, int]] = []  # (step, position, tokens): cache_blocks
+        finishing: list[Request] = []
+        for pos, req in enumerate(running):  # the entries' requests, in their order
             o = req.num_output_tokens
             if o == 0:
                 req.first_token = t1
@@ -153,79 +160,73 @@ class VllmRuns:
             else:
                 record_itl(t1 - req.last_token)
             o += 1
-            req.num_output_tokens = o
             c = req.num_computed_tokens  # = known tokens before the step's token
-            if (c + 1) % bs == 0:  # its token fills a block
+            if caching and (c + 1) % bs == 0:  # its token fills a block
+                req.num_output_tokens = o
                 kv.update_hashes(req)
-            # follow-on step j computes token c + j - 1, knowing c + j; o + j tokens after it
-            j = 1 + (-c) % bs
+            j = 1 + (-c) % bs  # the first follow-on step that starts a block
             while j <= last:
-                events.append((j, 0, pos, 0, c, o))
+                appends.append((j, pos))
                 j += bs
             if caching:
-                events.append((1, 0, pos, 1, c, o))  # the first call catches up, as step by step
+                caches.append((1, pos, c + 1))  # the first call catches up, as step by step
                 j = bs - c % bs or bs
                 while j <= last:
                     if j > 1:
-                        events.append((j, 0, pos, 1, c, o))
+                        caches.append((j, pos, c + j))
                     j += bs
                 j = bs - (c + 1) % bs or bs
                 while j <= last:
-                    events.append((j, 1, pos, 0, c, o))
+                    fills.append((j, pos, o))
                     j += bs
             if o + last >= req.output_len or c + 1 + last >= max_len:
-                events.append((last, 1, pos, 1, c, o))
+                finishing.append(req)
             req.num_computed_tokens = c + last
             req.num_output_tokens = o + last
             req.last_token = t
         plan.num_itl_tokens = bulk
-        events.sort()
-        # memory changes only with a step's blocks (stage 0) and the last step's finishes, so
-        # the rows of the steps between share one state: step j (from ends[j - 1] to ends[j])
-        # reads base + size * (j - 1) KV tokens and computes size more; each block taken adds
-        # block_size allocated slots. The rows are written before the finishes free blocks.
-        rows: list[tuple[int, int, int, int]] | None = None
-        alloc = 0
+        # new blocks, and the slots allocated in each follow-on step (its memory row)
+        allocs: list[int] | None = None
+        alloc = prev = 0
         if pool is not None and pool.series is not None:
-            rows = []
             alloc = pool.alloc.allocated_slots
-        base = plan.num_kv_tokens + plan.num_tokens
-        seen = 1  # the first follow-on step whose row is not written yet
-        finished = []
-        for j, stage, pos, phase, c, o in events:
-            req = running[pos]
-            if stage == 0:  # the step's schedule call: rows before it saw the memory as it is
-                if rows is not None and seen < j:
-                    rows.append((seen, j, base + size * seen, alloc))
-                seen = j
-                if phase == 0:
-                    if not kv.append_block(req):
-                        raise AssertionError("a decode run ran out of blocks")
+            allocs = []
+            prev = 1  # the first follow-on step whose row is not in allocs
+        if appends:
+            appends.sort()
+            if not kv.append_blocks([running[pos] for _, pos in appends]):
+                raise AssertionError("a decode run ran out of blocks")
+            if allocs is not None:
+                for j, _ in appends:
+                    if j > prev:
+                        allocs.extend([alloc] * (j - prev))
+                        prev = j
                     alloc += bs
-                else:
-                    kv.cache_blocks(req, c + j)
-            else:  # the step's output, after its row
-                if rows is not None and seen <= j:
-                    rows.append((seen, j + 1, base + size * seen, alloc))
-                seen = j + 1
-                if phase == 0:
-                    req.num_output_tokens = o + j
-                    kv.update_hashes(req)
-                    req.num_output_tokens = o + last
-                else:
-                    if rows is not None:  # before the first finish frees blocks
-                        pool.observe_steps(ends, rows, size)  # type: ignore[union-attr]
-                        rows = None
-                    self._retire(req)
-                    finished.append(req)
-        if rows is not None:
-            if seen <= last:
-                rows.append((seen, last + 1, base + size * seen, alloc))
-            pool.observe_steps(ends, rows, size)  # type: ignore[union-attr]
-        if finished:
-            gone = {r.id for r in finished}
+        if caching:
+            fills.sort()
+            update_hashes = kv.update_hashes
+            for j, pos, o in fills:
+                req = running[pos]
+                req.num_output_tokens = o + j
+                update_hashes(req)
+                req.num_output_tokens = o + last
+            caches.sort()
+            cache_blocks = kv.cache_blocks
+            for _, pos, m in caches:
+                cache_blocks(running[pos], m)
+        if allocs is not None:  # the rows of the follow-on steps, before finishes free blocks
+            assert pool is not None
+            allocs.extend([alloc] * (last + 1 - prev))
+            # step j (from ends[j - 1] to ends[j]) reads base + size * j KV tokens
+            pool.observe_run(t1, ends[1:], plan.num_kv_tokens + plan.num_tokens + size, size,
+                             allocs, [pool.alloc.internal_slots] * last, False)
+        if finishing:
+            retire = self._retire
+            for req in finishing:
+                retire(req)
+            gone = {r.id for r in finishing}
             self.running = [r for r in running if r.id not in gone]
             self._finished_since_schedule = True
             finish = ctx.finish
-            for req in finished:
+            for req in finishing:
                 finish(req, t)

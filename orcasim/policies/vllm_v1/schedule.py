@@ -1,9 +1,9 @@
-"""One vLLM V1 ``schedule()`` call and the processing of a step's output.
+"""One vLLM V1 ``schedule()`` call.
 
 :class:`Scheduling` holds the decisions of :class:`~orcasim.policies.vllm_v1.VllmV1`:
 the waiting queue's order, the running-first token budget with recompute
-preemption, admission with prefix-cache hits, and the sampled tokens of a
-finished step.
+preemption and admission with prefix-cache hits. The processing of a step's
+output is :mod:`orcasim.policies.vllm_v1.output`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import bisect
 from typing import TYPE_CHECKING, Any
 
-from orcasim.plan import StepPlan
 from orcasim.policies.vllm_v1.state import (
     KIND_NEW,
     KIND_RESUMED,
@@ -32,7 +31,7 @@ if TYPE_CHECKING:
 
 
 class Scheduling:
-    """The schedule and update of vLLM V1's scheduler (mixed into ``VllmV1``)."""
+    """The schedule of vLLM V1's scheduler (mixed into ``VllmV1``)."""
 
     params: Any
     ctx: SchedulerContext
@@ -42,7 +41,7 @@ class Scheduling:
     seqs: dict[int, Seq]
     priority: bool
     watermark_blocks: int
-    observer: StepObserver | None
+    _observer: StepObserver | None
     _arrivals: list[Request]
     _finished_since_schedule: bool
     num_prompt_tokens_admitted: int
@@ -70,21 +69,31 @@ class Scheduling:
         waiting, seqs = ctx.waiting, self.seqs
         if not waiting or waiting[-1].id in seqs:
             return
+        priority = self.priority
         fresh = []
-        while waiting and waiting[-1].id not in seqs:
-            fresh.append(waiting.pop())
+        if priority:  # each is inserted in key order
+            while waiting and waiting[-1].id not in seqs:
+                fresh.append(waiting.pop())
+        else:  # they stay where they are, in arrival order
+            i = -1
+            n = len(waiting)
+            while i >= -n and waiting[i].id not in seqs:
+                fresh.append(waiting[i])
+                i -= 1
+        caching = self.kv.enable_caching
         for req in reversed(fresh):
             found = misfit(req.prompt_len, req.output_len, self.params)
             if found is not None:
+                if not priority:
+                    waiting.remove(req)
                 ctx.reject(req, found[0])
                 continue
             seqs[req.id] = Seq(req)
-            self.kv.update_hashes(req)
+            if caching:
+                self.kv.update_hashes(req)
             self._arrivals.append(req)
-            if self.priority:
+            if priority:
                 bisect.insort(waiting, req, key=self._order)
-            else:
-                waiting.append(req)
 
     def _has_requests(self) -> bool:
         return bool(self.running or self.ctx.waiting or self._finished_since_schedule)
@@ -107,64 +116,118 @@ class Scheduling:
         kv, seqs, running = self.kv, self.seqs, self.running
         waiting = self.ctx.waiting
         budget = p.max_num_batched_tokens
-        max_len = p.max_model_len
-        threshold = p.long_prefill_token_threshold if len(running) + len(waiting) > 1 else 0
-        scheduled: dict[int, list[Any]] = {}  # request id -> [req, n, start, kind, emits]
+        last_slot = p.max_model_len - 1
+        threshold = p.long_prefill_token_threshold
+        if threshold and len(running) + len(waiting) <= 1:
+            threshold = 0
+        priority = self.priority
+        # entries [req, n, start, kind, emits] in order; under priority a victim's entry is
+        # taken back, so they are kept by request id until the end
+        entries: list[list[Any]] = []
+        scheduled: dict[int, list[Any]] = {}
         preempted: list[Request] = []
-
         tables, num_cached = kv.tables, kv.num_cached
+        append_block = kv.append_block
         bs = kv.block_size
         caching = kv.enable_caching
-        use_placeholders = p.async_scheduling
-        # FCFS never takes a scheduled request back (its victims come from the end of the
-        # list, after the request being scheduled), so a lazy decode is advanced at once;
-        # everything else is advanced by the pass at the end, over ``pending``
-        inline = not self.priority
-        pending: list[list[Any]] = []
-        num_tokens = num_decode = num_emits = 0
-        i = 0
-        while i < len(running) and budget > 0:
-            req = running[i]
-            rid = req.id
-            seq = seqs[rid]
-            computed = req.num_computed_tokens
-            placeholders = seq.num_placeholders
-            if placeholders and (computed + 2 - placeholders >= seq.num_prompt + req.output_len):
-                i += 1  # its last token is already in flight
-                continue
-            known = seq.num_prompt + req.num_output_tokens  # req.num_tokens
-            n = known + placeholders - computed
-            if n == 1 and computed < max_len - 1 and len(tables[rid]) * bs > computed:
-                # the lazy decode path: its slot is in a block it holds, so allocate_slots
-                # would take no block; only a block of known tokens just filled is cached
-                if caching:
+        use_placeholders = p.async_scheduling  # async: placeholders and in-flight counts
+        pending: list[list[Any]] = []  # entries advanced by the pass at the end
+        num_tokens = num_decode = num_emits = num_lazy = 0
+        if not priority:
+            # FCFS takes victims from the end of the list, after the request being
+            # scheduled, so the iteration stops before them and a scheduled request stays
+            # scheduled: a lazy decode is advanced at once
+            for req in running:
+                if budget <= 0:
+                    break
+                computed = req.num_computed_tokens
+                if use_placeholders:
+                    seq = seqs[req.id]
+                    placeholders = seq.num_placeholders
+                    num_prompt = seq.num_prompt
+                    if placeholders and computed + 2 - placeholders >= num_prompt + req.output_len:
+                        continue  # its last token is already in flight
+                else:
+                    placeholders = 0
+                    num_prompt = req.prompt_len or 1  # seq.num_prompt
+                known = num_prompt + req.num_output_tokens  # req.num_tokens
+                n = known + placeholders - computed
+                if n == 1 and computed < last_slot and (len(tables[req.id]) * bs > computed
+                                                         or append_block(req)):
+                    # the lazy decode path: its slot is in a block it holds, or starts a
+                    # block that it took (what allocate_slots would do); only a block of
+                    # known tokens just filled is cached. It computes its last known token:
+                    # it samples.
                     m = computed + 1 if computed < known else known
-                    if m // bs > num_cached.get(rid, 0):
+                    if caching and m // bs > num_cached.get(req.id, 0):
                         kv.cache_blocks(req, m)
-                budget -= 1
-                i += 1
-                if inline:  # it computes its last known token: it samples
-                    scheduled[rid] = [req, 1, computed, KIND_RUNNING, True]
+                    budget -= 1
+                    entries.append([req, 1, computed, KIND_RUNNING, True])
                     req.num_computed_tokens = computed + 1
-                    seq.num_in_flight += 1
-                    num_tokens += 1
-                    num_emits += 1
-                    if computed >= seq.num_prompt:
+                    num_lazy += 1
+                    if computed >= num_prompt:
                         num_decode += 1
                     if use_placeholders:
+                        seq.num_in_flight += 1
                         seq.num_placeholders += 1
+                    continue
+                if 0 < threshold < n:
+                    n = threshold
+                n = min(n, budget, last_slot - computed)
+                if n <= 0:
+                    continue
+                while kv.allocate_slots(req, n) is None:
+                    victim = running.pop()
+                    self._preempt(victim)
+                    preempted.append(victim)
+                    if victim is req:
+                        break
                 else:
-                    scheduled[rid] = [req, 1, computed, KIND_RUNNING, False]
-                continue
-            if 0 < threshold < n:
-                n = threshold
-            n = min(n, budget, max_len - computed - 1)
-            if n <= 0:
-                i += 1
-                continue
-            fits = True
-            while kv.allocate_slots(req, n) is None:
-                if self.priority:
+                    e = [req, n, computed, KIND_RUNNING, False]
+                    entries.append(e)
+                    pending.append(e)
+                    budget -= n
+                    continue
+                break  # it was preempted itself: nothing after it runs
+        else:
+            # a victim may come from before the request being scheduled (its entry is
+            # taken back): every entry is advanced by the pass at the end
+            i = 0
+            while i < len(running) and budget > 0:
+                req = running[i]
+                rid = req.id
+                seq = seqs[rid]
+                computed = req.num_computed_tokens
+                placeholders = seq.num_placeholders
+                if placeholders and computed + 2 - placeholders >= seq.num_prompt + req.output_len:
+                    i += 1  # its last token is already in flight
+                    continue
+                known = seq.num_prompt + req.num_output_tokens  # req.num_tokens
+                n = known + placeholders - computed
+                if n == 1 and computed < last_slot and (len(tables[rid]) * bs > computed
+                                                         or append_block(req)):
+                    m = computed + 1 if computed < known else known  # the lazy decode path
+                    if caching and m // bs > num_cached.get(rid, 0):
+                        kv.cache_blocks(req, m)
+                    budget -= 1
+                    i += 1
+                    if use_placeholders:  # advanced by the pass at the end
+                        scheduled[rid] = [req, 1, computed, KIND_RUNNING, False]
+                    else:  # advanced at once (were it taken back, its preemption resets it)
+                        scheduled[rid] = [req, 1, computed, KIND_RUNNING, True]
+                        req.num_computed_tokens = computed + 1
+                        num_lazy += 1
+                        if computed >= seq.num_prompt:
+                            num_decode += 1
+                    continue
+                if 0 < threshold < n:
+                    n = threshold
+                n = min(n, budget, last_slot - computed)
+                if n <= 0:
+                    i += 1
+                    continue
+                fits = True
+                while kv.allocate_slots(req, n) is None:
                     victim = max(running, key=self._order)
                     j = running.index(victim)
                     del running[j]
@@ -173,39 +236,41 @@ class Scheduling:
                     gone = scheduled.pop(victim.id, None)
                     if gone is not None:
                         budget += gone[1]
-                else:
-                    victim = running.pop()
-                self._preempt(victim)
-                preempted.append(victim)
-                if victim is req:
-                    fits = False
-                    break
-            if not fits:
-                if self.priority:
+                        if gone[4]:  # advanced at once: not in this step after all
+                            num_lazy -= 1
+                            if gone[2] >= seqs[victim.id].num_prompt:
+                                num_decode -= 1
+                    self._preempt(victim)
+                    preempted.append(victim)
+                    if victim is req:
+                        fits = False
+                        break
+                if not fits:
                     continue  # it left the list; the requests after it may still fit
-                break
-            scheduled[req.id] = e = [req, n, computed, KIND_RUNNING, False]
-            pending.append(e)
-            budget -= n
-            i += 1
+                scheduled[rid] = [req, n, computed, KIND_RUNNING, False]
+                budget -= n
+                i += 1
 
-        if not preempted:
+        max_num_seqs = p.max_num_seqs
+        if not preempted and budget > 0 and waiting and len(running) < max_num_seqs:
             skipped: list[Request] = []
-            while budget > 0 and waiting and len(running) < p.max_num_seqs:
+            chunked = p.enable_chunked_prefill
+            reserve = p.scheduler_reserve_full_isl
+            while budget > 0 and waiting and len(running) < max_num_seqs:
                 req = waiting[0]
                 seq = seqs[req.id]
                 if seq.num_stale:  # a step of it is still in flight
                     skipped.append(waiting.popleft())
                     continue
                 hit, num_hit = kv.get_computed_blocks(req)
-                n = req.num_tokens - num_hit
+                n = seq.num_prompt + req.num_output_tokens - num_hit  # req.num_tokens - hit
                 if 0 < threshold < n:
                     n = threshold
-                if not p.enable_chunked_prefill and n > budget:
+                if not chunked and n > budget:
                     break
-                n = min(n, budget)
-                if kv.allocate_slots(req, n, hit, num_hit,
-                                     full_sequence_must_fit=p.scheduler_reserve_full_isl,
+                if n > budget:
+                    n = budget
+                if kv.allocate_slots(req, n, hit, num_hit, full_sequence_must_fit=reserve,
                                      watermark_blocks=self.watermark_blocks if running else 0
                                      ) is None:
                     break
@@ -215,7 +280,11 @@ class Scheduling:
                 if kind == KIND_NEW:
                     self.num_prompt_tokens_admitted += req.prompt_len
                     self.num_prefix_hit_tokens += min(num_hit, req.prompt_len)
-                scheduled[req.id] = e = [req, n, num_hit, kind, False]
+                e = [req, n, num_hit, kind, False]
+                if priority:
+                    scheduled[req.id] = e
+                else:
+                    entries.append(e)
                 pending.append(e)
                 budget -= n
                 seq.status = RUNNING
@@ -225,108 +294,32 @@ class Scheduling:
                 self._enqueue_front(req)
 
         # advance the computed tokens now, so the next step can be scheduled at once
-        entries = list(scheduled.values())
-        for e in pending if inline else entries:
+        num_tokens += num_lazy
+        num_emits += num_lazy
+        if priority:
+            entries = list(scheduled.values())
+        for e in entries if priority else pending:
+            if e[4]:  # advanced at once
+                continue
             req, n = e[0], e[1]
             seq = seqs[req.id]
             if n == 1 and e[2] >= seq.num_prompt:
                 num_decode += 1
             c = req.num_computed_tokens + n
             req.num_computed_tokens = c
-            seq.num_in_flight += n
             num_tokens += n
-            if c >= seq.num_prompt + req.num_output_tokens + seq.num_placeholders:
+            if use_placeholders:
+                seq.num_in_flight += n
+                if c >= seq.num_prompt + req.num_output_tokens + seq.num_placeholders:
+                    e[4] = True
+                    num_emits += 1
+                    seq.num_placeholders += 1
+            elif c >= seq.num_prompt + req.num_output_tokens:
                 e[4] = True
                 num_emits += 1
-                if use_placeholders:
-                    seq.num_placeholders += 1
         self._finished_since_schedule = False
         out = StepOutput(entries, preempted, self._arrivals, num_tokens)
         out.num_decode = num_decode
         out.num_emits = num_emits
         self._arrivals = []
         return out
-
-    # -- processing a step's output ----------------------------------------------------
-    def _update(self, out: StepOutput, plan: StepPlan | None = None) -> None:
-        """Apply a step's sampled tokens (``plan``: the step being completed, for its ITL count)."""
-        kv, seqs, ctx = self.kv, self.seqs, self.ctx
-        max_len = self.params.max_model_len
-        block_size = self.params.block_size
-        t_end, prev_end = out.t_end, out.prev_end
-        bulk = 0
-        finished: list[Request] = []
-        left_running: set[int] = set()
-        left_waiting: set[int] = set()
-        record_itl = ctx.recorder.record_itl
-        for req, n, _, _, emits in out.entries:
-            seq = seqs.get(req.id)
-            if seq is None:  # finished by an earlier step's output
-                continue
-            seq.num_in_flight -= n
-            stale = seq.num_stale > 0
-            if stale:
-                seq.num_stale -= n
-            if not emits:
-                continue
-            num_out = req.num_output_tokens
-            if num_out == 0:
-                req.first_token = t_end
-            elif req.last_token == prev_end:
-                bulk += 1
-            else:
-                record_itl(t_end - req.last_token)  # type: ignore[operator]
-            num_out += 1
-            req.num_output_tokens = num_out
-            req.last_token = t_end
-            known = seq.num_prompt + num_out  # req.num_tokens
-            if known % block_size == 0:  # a block of known tokens just filled
-                kv.update_hashes(req)
-            if seq.num_placeholders and not stale:
-                seq.num_placeholders -= 1
-                if seq.status == RUNNING:
-                    kv.cache_blocks(req, req.num_computed_tokens - seq.num_in_flight)
-            if known >= max_len or num_out >= req.output_len:
-                (left_running if seq.status == RUNNING else left_waiting).add(req.id)
-                self._retire(req)
-                finished.append(req)
-        if plan is not None:
-            plan.num_itl_tokens = bulk
-        elif bulk:
-            ctx.recorder.record_itl(t_end - prev_end, bulk)
-        if left_running:
-            self.running = [r for r in self.running if r.id not in left_running]
-        if left_waiting:
-            kept = [r for r in ctx.waiting if r.id not in left_waiting]
-            ctx.waiting.clear()
-            ctx.waiting.extend(kept)
-        if finished:
-            self._finished_since_schedule = True
-            for req in finished:
-                ctx.finish(req, t_end)
-        if self.observer is not None:
-            self.observer.updated(self, out, finished)
-
-    def _retire(self, req: Request) -> None:
-        """``req`` sampled its last token: its counters, blocks and hashes go (the caller
-        takes it out of its list and records it)."""
-        if req.num_output_tokens < req.output_len:
-            req.reason = "max_model_len"  # finished early: the context is full
-        del self.seqs[req.id]
-        kv = self.kv
-        kv.free(req)
-        kv.forget(req)
-        if self.pool is not None:
-            self.pool.released()
-
-    # -- the engine loop (vLLM's EngineCore with a batch queue) ----------------------------
-    def _plan(self, out: StepOutput) -> StepPlan:
-        """The step's plan: one token of a request past its prompt is a decode."""
-        entries = out.entries
-        pairs = [(e[0], e[1]) for e in entries]
-        contexts = [e[2] for e in entries]
-        decode = out.num_decode
-        plan = StepPlan(len(pairs), sum(contexts), out.num_tokens - decode, decode, pairs,
-                        contexts)
-        out.plan = plan
-        return plan

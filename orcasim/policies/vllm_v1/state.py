@@ -25,8 +25,11 @@ class Seq:
     """The scheduler's counters for one request, beside :class:`Request`'s own.
 
     ``num_placeholders``: sampled tokens still in flight (async scheduling);
-    ``num_in_flight``: tokens scheduled in steps whose output is not processed;
-    ``num_stale``: in-flight tokens of a step scheduled before a preemption.
+    ``num_in_flight``: tokens scheduled in steps whose output is not processed
+    (kept under async scheduling only: synchronously, a step's output is
+    processed before the next schedule call, so nothing is ever in flight
+    there); ``num_stale``: in-flight tokens of a step scheduled before a
+    preemption.
     """
 
     __slots__ = ("num_in_flight", "num_placeholders", "num_prompt", "num_stale", "status")

@@ -1,0 +1,136 @@
+"""The processing of a vLLM V1 step's output, and the step's plan for the engine.
+
+:class:`Output` applies a finished step's sampled tokens to the requests of
+:class:`~orcasim.policies.vllm_v1.VllmV1` (first tokens, inter-token gaps,
+hashes of filled blocks, finishes) and turns a schedule call into the
+engine's :class:`~orcasim.plan.StepPlan`.
+"""
+
+from __future__ import annotations
+
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any
+
+from orcasim.plan import StepPlan
+from orcasim.policies.vllm_v1.state import RUNNING, Seq, StepOutput
+from orcasim.request import Request
+
+if TYPE_CHECKING:
+    from orcasim.context import SchedulerContext
+    from orcasim.kv.cache_manager import KVCacheManager
+    from orcasim.kv.pool import KVPool
+    from orcasim.policies.vllm_v1.state import StepObserver
+
+
+class Output:
+    """The output update and the plan of vLLM V1's scheduler (mixed into ``VllmV1``)."""
+
+    params: Any
+    ctx: SchedulerContext
+    kv: KVCacheManager
+    pool: KVPool | None
+    running: list[Request]
+    seqs: dict[int, Seq]
+    _observer: StepObserver | None
+    _finished_since_schedule: bool
+
+    # -- processing a step's output ----------------------------------------------------
+    def _update(self, out: StepOutput, plan: StepPlan | None = None) -> None:
+        """Apply a step's sampled tokens (``plan``: the step being completed, for its ITL count)."""
+        kv, seqs, ctx = self.kv, self.seqs, self.ctx
+        p = self.params
+        max_len = p.max_model_len
+        block_size = p.block_size
+        hashing = kv.enable_caching
+        t_end, prev_end = out.t_end, out.prev_end
+        bulk = 0
+        finished: list[Request] = []
+        queued: set[int] = set()  # finished requests that were in the queue
+        record_itl = ctx.recorder.record_itl
+        in_flight = p.async_scheduling  # sync: one step in flight, nothing stale
+        stale = False
+        for req, n, _, _, emits in out.entries:
+            if not (emits or in_flight):
+                continue
+            seq = seqs.get(req.id)
+            if seq is None:  # finished by an earlier step's output
+                continue
+            if in_flight:
+                seq.num_in_flight -= n
+                stale = seq.num_stale > 0
+                if stale:
+                    seq.num_stale -= n
+                if not emits:
+                    continue
+            num_out = req.num_output_tokens
+            if num_out == 0:
+                req.first_token = t_end
+            elif req.last_token == prev_end:
+                bulk += 1
+            else:
+                record_itl(t_end - req.last_token)  # type: ignore[operator]
+            num_out += 1
+            req.num_output_tokens = num_out
+            req.last_token = t_end
+            known = seq.num_prompt + num_out  # req.num_tokens
+            if hashing and known % block_size == 0:  # a block of known tokens just filled
+                kv.update_hashes(req)
+            if in_flight and seq.num_placeholders and not stale:
+                seq.num_placeholders -= 1
+                if seq.status == RUNNING:
+                    kv.cache_blocks(req, req.num_computed_tokens - seq.num_in_flight)
+            if known >= max_len or num_out >= req.output_len:
+                if seq.status != RUNNING:  # its last token came after it was preempted
+                    queued.add(req.id)
+                self._retire(req)
+                finished.append(req)
+        if plan is not None:
+            plan.num_itl_tokens = bulk
+        elif bulk:
+            record_itl(t_end - prev_end, bulk)
+        if finished:
+            self._leave(finished, queued, t_end)
+        if self._observer is not None:
+            self._observer.updated(self, out, finished)
+
+    def _leave(self, finished: list[Request], queued: set[int], t_end: float) -> None:
+        """Take finished requests out of the running list (``queued``: ids of those in the
+        queue, out of it) and record them."""
+        ctx = self.ctx
+        if len(queued) < len(finished):
+            gone = {r.id for r in finished}
+            self.running = [r for r in self.running if r.id not in gone]
+        if queued:
+            kept = [r for r in ctx.waiting if r.id not in queued]
+            ctx.waiting.clear()
+            ctx.waiting.extend(kept)
+        self._finished_since_schedule = True
+        for req in finished:
+            ctx.finish(req, t_end)
+
+    def _retire(self, req: Request) -> None:
+        """``req`` sampled its last token: its counters, blocks and hashes go (the caller
+        takes it out of its list and records it)."""
+        if req.num_output_tokens < req.output_len:
+            req.reason = "max_model_len"  # finished early: the context is full
+        del self.seqs[req.id]
+        kv = self.kv
+        kv.free(req)
+        kv.forget(req)
+        if self.pool is not None:
+            self.pool.released()
+
+    # -- the engine loop (vLLM's EngineCore with a batch queue) ----------------------------
+    def _plan(self, out: StepOutput) -> StepPlan:
+        """The step's plan: one token of a request past its prompt is a decode."""
+        entries = out.entries
+        contexts = list(map(_start, entries))
+        decode = out.num_decode
+        plan = StepPlan(len(entries), sum(contexts), out.num_tokens - decode,
+                        decode, list(map(_pair, entries)), contexts)
+        out.plan = plan
+        return plan
+
+
+_pair = itemgetter(0, 1)  # an entry's (request, tokens)
+_start = itemgetter(2)  # an entry's computed tokens before the step
