@@ -6,7 +6,9 @@ equals its ``arrival_step``, and each schedule() call writes one JSON line.
 Here the same run goes through orcasim's SimPy engine with a constant latency
 of one time unit per step, so step ``k`` runs over ``[k, k + 1)``, an idle
 engine jumps to the next arrival, and the ``vllm-v1`` policy (with
-``empty_steps``) makes every schedule call a step.
+``empty_steps``) makes every schedule call a step. A request's
+``arrival_step`` names the schedule call that first sees it, so the policy's
+``input_lag`` (which maps arrival *times* to schedule calls) is off.
 
 :func:`load_workload` reads the harness's workload JSON, :func:`run_trace`
 runs it and returns the trace lines (the harness's schema: same fields, same
@@ -73,7 +75,8 @@ class StepWorkload:
         self.config = config
         self.requests = requests
         self.params: VllmV1.Params = VllmV1.Params(  # type: ignore[assignment]
-            **{k: v for k, v in config.items() if k != "output_token"}, empty_steps=True)
+            **{k: v for k, v in config.items() if k != "output_token"}, empty_steps=True,
+            input_lag=False)  # an arrival_step names the schedule call that sees the request
 
     def arrays(self) -> WorkloadArrays:
         """The requests as workload columns (arrival time = arrival step)."""

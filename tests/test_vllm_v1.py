@@ -29,10 +29,10 @@ def run(requests, latency=None, trace_steps=True, **policy):
     return orcasim.simulate(sc, trace_steps=trace_steps)["vllm-v1"]
 
 
-@pytest.mark.parametrize("async_scheduling", [False, True])
-def test_steps_are_charged_by_their_prefill_tokens(async_scheduling):
+@pytest.mark.parametrize("async_scheduling,input_lag", [(False, True), (True, False)])
+def test_steps_are_charged_by_their_prefill_tokens(async_scheduling, input_lag):
     v = run(TINY, block_size=4, num_blocks=64, max_num_seqs=4, max_num_batched_tokens=16,
-            async_scheduling=async_scheduling)
+            async_scheduling=async_scheduling, input_lag=input_lag)
     # step 1 (t=0): a 10 + b 6 prefill -> 1 + 0.5*16 = 9 s; c arrives at t=2
     # step 2 (t=9): a decodes, b 14 (prefill), c 1 of its 5 (budget) -> 1 + 0.5*15 = 8.5 s
     # step 3 (t=17.5): a, b decode (last tokens), c 4 -> 1 + 0.5*4 = 3 s
@@ -46,6 +46,48 @@ def test_steps_are_charged_by_their_prefill_tokens(async_scheduling):
     assert (df["num_output_tokens"] == df["output_len"]).all()
     gaps, counts = v.itl  # a: 8.5, 3; b: 3; c: 1, 1, 1 (bulk or not, every gap once)
     assert sorted(np.repeat(gaps, counts).tolist()) == [1.0, 1.0, 1.0, 3.0, 3.0, 8.5]
+
+
+def test_under_async_scheduling_an_arrival_during_a_step_waits_for_the_step_after_next():
+    # vLLM's engine loop scheduled step 2 when step 1 started (t=0), before c arrived (t=2)
+    v = run(TINY, block_size=4, num_blocks=64, max_num_seqs=4, max_num_batched_tokens=16,
+            async_scheduling=True)
+    # step 1 (t=0): a 10 + b 6 prefill -> 1 + 0.5*16 = 9 s
+    # step 2 (t=9): a decodes, b 14 (prefill) -> 1 + 0.5*14 = 8 s
+    # step 3 (t=17): a, b decode (last tokens), c 5 -> 1 + 0.5*5 = 3.5 s
+    # steps 4-6: c decodes, 1 s each
+    assert v.format_steps().splitlines() == [
+        "step 1: a | b", "step 2: a | b", "step 3: a | b | c", "step 4: c", "step 5: c",
+        "step 6: c"]
+    df = v.requests.set_index("name")
+    assert df["first_token"].to_dict() == {"a": 9.0, "b": 17.0, "c": 20.5}
+    assert df["finish"].to_dict() == {"a": 20.5, "b": 20.5, "c": 23.5}
+    gaps, counts = v.itl  # a: 8, 3.5; b: 3.5; c: 1, 1, 1
+    assert sorted(np.repeat(gaps, counts).tolist()) == [1.0, 1.0, 1.0, 3.5, 3.5, 8.0]
+    # an arrival while the engine is idle is scheduled at once
+    w = run([{"name": "a", "arrival": 0, "prompt_len": 10, "output_len": 3},
+             {"name": "b", "arrival": 30, "prompt_len": 4, "output_len": 2}],
+            block_size=4, num_blocks=64, max_num_seqs=4, max_num_batched_tokens=16,
+            async_scheduling=True)
+    df = w.requests.set_index("name")
+    assert df["first_token"].to_dict() == {"a": 6.0, "b": 33.0}
+
+
+def test_a_request_that_gives_up_before_the_scheduler_took_it_is_aborted_once():
+    # b and c arrive while step 1 (t = 0 to 6) runs; b's client gives up at t=3, before
+    # the schedule call that would take it (t=6 for step 3, as step 2 was scheduled at 0)
+    v = run([{"name": "a", "arrival": 0, "prompt_len": 10, "output_len": 3},
+             {"name": "b", "arrival": 2, "prompt_len": 4, "output_len": 2, "patience": 1.0},
+             {"name": "c", "arrival": 3, "prompt_len": 4, "output_len": 2}],
+            block_size=4, num_blocks=64, max_num_seqs=4, max_num_batched_tokens=16,
+            async_scheduling=True)
+    assert v.format_steps().splitlines() == ["step 1: a", "step 2: a", "step 3: a | c",
+                                             "step 4: c"]
+    df = v.requests.set_index("name")
+    assert df["state"].to_dict() == {"a": "finished", "b": "aborted", "c": "finished"}
+    assert df.loc["b", "reason"] == "client_timeout" and df.loc["b", "finish"] == 3.0
+    assert (df.loc["a", "first_token"], df.loc["c", "first_token"]) == (6.0, 10.0)
+    assert np.isnan(df.loc["b", "first_token"])
 
 
 def test_memory_pressure_preempts_by_recompute_and_everything_finishes():

@@ -121,6 +121,10 @@ class VllmV1(VllmRuns, Scheduling, Output, TokenPolicy):
                                    description="tokens per sequence at most")
         async_scheduling: bool = Field(
             False, description="two steps in flight: schedule before the last step's tokens")
+        input_lag: bool = Field(
+            True, description="with async_scheduling: a request that arrives while a step "
+            "runs is first scheduled in the step after next, as in vLLM's engine loop (off: "
+            "in the next step, as when arrivals are given by schedule call)")
         empty_steps: bool = Field(
             False, description="a schedule call that schedules nothing is a step (step clock)")
         preemption: Literal["recompute"] = Field(
@@ -182,6 +186,9 @@ class VllmV1(VllmRuns, Scheduling, Output, TokenPolicy):
         self._arrivals: list[Request] = []
         self._queue: deque[StepOutput] = deque()  # steps in flight, newest first
         self._queue_size = 2 if params.async_scheduling else 1
+        self._lagged = params.async_scheduling and params.input_lag
+        self._held: deque[Request] = deque()  # arrived, not yet taken (input_lag)
+        self._scheduled_at = 0.0  # when the last schedule call ran
         self._current: StepOutput | None = None
         self._update_at_end = False
         # a decision in progress: ready_plan returned None and next_step goes on with it
@@ -223,6 +230,8 @@ class VllmV1(VllmRuns, Scheduling, Output, TokenPolicy):
             self.running.remove(req)
         elif req in self.ctx.waiting:
             self.ctx.waiting.remove(req)
+        elif req in self._held:
+            self._held.remove(req)
         if seq is not None:
             self.kv.free(req)
             self.kv.forget(req)
@@ -269,12 +278,13 @@ class VllmV1(VllmRuns, Scheduling, Output, TokenPolicy):
         queue = self._queue
         while True:
             self._take_arrivals()
-            if not self.running and not ctx.waiting and ctx.arrivals_done:
+            if not self.running and not ctx.waiting and not self._held and ctx.arrivals_done:
                 while queue:
                     self._update(queue.pop())
                 self._wait_on = None
                 return None
             if self.running or ctx.waiting or self._finished_since_schedule:  # has requests
+                self._scheduled_at = ctx.now
                 out = self._schedule()
                 if self._observer is not None:
                     self._observer.scheduled(self, out)

@@ -9,6 +9,7 @@ output is :mod:`orcasim.policies.vllm_v1.output`.
 from __future__ import annotations
 
 import bisect
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from orcasim.policies.vllm_v1.state import (
@@ -44,6 +45,10 @@ class Scheduling:
     _observer: StepObserver | None
     _arrivals: list[Request]
     _finished_since_schedule: bool
+    _held: deque[Request]
+    _lagged: bool
+    _queue: deque[StepOutput]
+    _scheduled_at: float
     num_prompt_tokens_admitted: int
     num_prefix_hit_tokens: int
 
@@ -63,10 +68,18 @@ class Scheduling:
         The source only appends at the right; the policy reorders the queue only
         during a schedule call, right after taking the new arrivals, so the
         requests it does not know yet are exactly those at the right end.
+
+        With ``async_scheduling`` and ``input_lag``, vLLM's engine loop takes new
+        requests only at the start of an iteration, and the iteration that
+        schedules the next step began when the step now running started: a
+        request that arrived after that start waits in ``_held`` (not yet in
+        the scheduler, as in vLLM's input queue) for the following schedule call.
         """
         ctx = self.ctx
         ctx.poll_arrivals()
         waiting, seqs = ctx.waiting, self.seqs
+        if self._lagged:
+            self._hold_late(waiting, seqs)
         if not waiting or waiting[-1].id in seqs:
             return
         priority = self.priority
@@ -94,6 +107,21 @@ class Scheduling:
             self._arrivals.append(req)
             if priority:
                 bisect.insort(waiting, req, key=self._order)
+
+    def _hold_late(self, waiting: Any, seqs: dict[int, Seq]) -> None:
+        """Keep arrivals after the running step's schedule call out of ``waiting``."""
+        held = self._held
+        fresh = []
+        while waiting and waiting[-1].id not in seqs:
+            fresh.append(waiting.pop())
+        if fresh:
+            fresh.reverse()
+            held.extend(fresh)  # the held ones arrived before these
+        if not held:
+            return
+        cutoff = self._scheduled_at if any(o.num_tokens for o in self._queue) else self.ctx.now
+        while held and held[0].arrival <= cutoff:
+            waiting.append(held.popleft())
 
     def _has_requests(self) -> bool:
         return bool(self.running or self.ctx.waiting or self._finished_since_schedule)
