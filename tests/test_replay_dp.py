@@ -3,9 +3,12 @@ expert parallelism for MoE models."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import yaml
+from conftest import ROOT
 from test_replay import make_run, read_csv
 
 import orcasim
@@ -89,3 +92,64 @@ def test_engines_summed_adds_each_engines_last_counts_at_every_step_start():
     assert got["num_waiting"].tolist() == [0, 4, 5, 1]
     one = {"t_start": np.array([0.0]), "batch_size": np.array([1]), "num_waiting": np.array([0])}
     assert engines_summed(one) is one
+
+
+# -- the other measured runs on docs/real-gpu.md -------------------------------------------------
+
+REAL = ROOT.parent / "shared" / "realdata"
+RUNS = ROOT / "tests" / "data" / "llmservingsim_runs"
+OTHER_RUNS = {  # heading on the page: (run folder, workload, profiles, GPU preset, extra)
+    "RTX 4090, Llama-3.1-8B, TP1": (
+        "RTX4090_Llama-3.1-8B", "sharegpt-llama-3.1-8b-300-sps10.jsonl",
+        "RTX4090/meta-llama/Llama-3.1-8B/bf16", "rtx-4090", []),
+    "RTX PRO 6000 x2, Qwen3-32B, TP2": (
+        "RTXPRO6000_Qwen3-32B", "sharegpt-qwen3-32b-300-sps10.jsonl",
+        "RTXPRO6000/Qwen/Qwen3-32B/bf16", "rtx-pro-6000", ["--gpu-memory-gb", "96"]),
+    "RTX PRO 6000 x2, Qwen3-30B-A3B (MoE), two data-parallel engines with expert parallelism": (
+        "RTXPRO6000_Qwen3-30B-A3B-Instruct-2507", "sharegpt-qwen3-32b-300-sps10.jsonl",
+        "RTXPRO6000/Qwen/Qwen3-30B-A3B-Instruct-2507/bf16", "rtx-pro-6000",
+        ["--gpu-memory-gb", "96"]),
+}
+
+
+def test_shipped_run_copies_are_the_runs_their_readme_names():
+    from orcasim.replay.measured import load_run
+
+    for folder, *_ in OTHER_RUNS.values():
+        run = load_run(RUNS / folder)
+        assert len(run.request_ids) == 300, folder
+    assert (RUNS / "LICENSE").read_text().startswith("MIT License")
+    assert "5daddb21a545658d5150b535712d0494584b5278" in (RUNS / "README.md").read_text()
+
+
+@pytest.mark.skipif(not (REAL / "profiles").is_dir(), reason="shared/realdata not present")
+def test_the_other_measured_runs_tables_are_what_the_replay_gives(tmp_path, capsys):
+    """Every figure of the "Other measured runs" tables on docs/real-gpu.md, both models."""
+    text = (ROOT / "docs" / "real-gpu.md").read_text().split("## Other measured runs")[1]
+    text = text.split("\n## ")[0]
+    sections = re.split(r"^### ", text, flags=re.M)[1:]
+    assert [s.splitlines()[0] for s in sections] == list(OTHER_RUNS)
+    for section in sections:
+        folder, workload, profiles, gpu, extra = OTHER_RUNS[section.splitlines()[0]]
+        rows = re.findall(r"^\| (TTFT|TPOT|E2E) (mean|median|p90|p99) \| ([\d,.]+) \| "
+                          r"([\d,.]+) \| ([+-][\d.]+)% \| ([\d,.]+) \| ([+-][\d.]+)% \|$",
+                          section, re.M)
+        assert len(rows) == 12, folder
+        base = ["replay-vllm", str(RUNS / folder), "--workload",
+                str(REAL / "workloads" / workload), "--no-plots", *extra]
+        got = {}
+        for name, model in (("profile", ["--profiles", str(REAL / "profiles" / profiles)]),
+                            ("roofline", ["--gpu", gpu])):
+            out = tmp_path / f"{folder}-{name}"
+            assert main([*base, *model, "--out", str(out)]) == 0
+            got[name] = {r["metric"]: r for r in read_csv(out / "comparison.csv")}
+        capsys.readouterr()
+        for metric, stat, measured, prof, prof_err, roof, roof_err in rows:
+            key = f"{metric.lower()}_{stat}_ms"
+            digits = 1 if metric == "TPOT" else 0
+            for name, value, err in (("profile", prof, prof_err), ("roofline", roof, roof_err)):
+                r = got[name][key]
+                assert round(float(r["measured"]), digits) == float(measured.replace(",", ""))
+                assert round(float(r["predicted"]), digits) == float(value.replace(",", "")), \
+                    (folder, name, key)
+                assert f"{float(r['error_pct']):+.1f}" == err, (folder, name, key)
