@@ -309,3 +309,56 @@ def test_a_name_too_long_for_the_file_system_is_an_unknown_profile_or_model():
         model("y" * 400)
     with pytest.raises(ValueError, match="unknown model"):
         resolve_model("x" * 400)
+
+
+def write_ep_profile(root: Path) -> Path:
+    """The toy MoE profile (4 experts, 2 per token) with rows at 1 and 2 activated experts."""
+    directory = write_moe_profile(root)
+    (directory / "tp1" / "moe.csv").write_text("tokens,activated_experts,time_us\n"
+                                               "1,1,50\n1,2,100\n2,1,60\n2,2,110\n")
+    return directory
+
+
+def test_experts_touched_on_one_gpu_of_an_expert_parallel_group():
+    # E=4, k=2 over ep=2 GPUs: 2 local experts; N tokens per engine, 2N tokens in all, each
+    # missing a given expert with probability 1/2: 2 (1 - (1/2)^(2N)) = 1.5, 1.875
+    assert [experts_touched(n, 4, 2, "uniform", ep=2) for n in (1, 2)] == [1.5, 1.875]
+    assert [experts_touched(n, 4, 2, "balanced", ep=2) for n in (0.5, 1, 2)] == [1, 2, 2]
+    assert experts_touched(2, 4, 2, "uniform", ep=1) == 3.0
+
+
+def test_expert_parallel_moe_block_and_token_gathers(tmp_path):
+    m = model(write_ep_profile(tmp_path / "p"), num_experts=4, experts_per_token=2,
+              expert_parallel=2, hidden_size=8, allreduce_bandwidth=1e9,
+              allreduce_latency=1e-6)
+    # 1 token per engine touches 1.5 local experts: halfway between 50 and 100 us
+    assert m.moe(1.0) == pytest.approx(75e-6, rel=1e-12)
+    # 2 tokens: 1.875 experts at 2 tokens, 60 + 0.875 x (110 - 60)
+    assert m.moe(2.0) == pytest.approx(103.75e-6, rel=1e-12)
+    # a decode step of 2 sequences: 2 layers x (qkv 10 + attention 5 + moe 103.75) + lm_head
+    # 100, plus 2 gathers per layer (all-gather, reduce-scatter) of 1 us and
+    # (ep - 1) x 2 tokens x 8 x 2 bytes at 1 GB/s (32 ns)
+    assert m.step_time(orcasim.StepPlan(2, 0)) == pytest.approx(
+        (2 * (10 + 5 + 103.75) + 100) * 1e-6 + 4 * (1e-6 + 32e-9), rel=1e-12)
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"expert_parallel": 3}, "does not divide num_experts"),
+    ({"expert_parallel": 2}, "needs hidden_size and allreduce_bandwidth"),
+    ({"expert_parallel": 2, "tp": 2, "hidden_size": 8, "allreduce_bandwidth": 1e9},
+     "TP1 engines only"),
+])
+def test_expert_parallel_mistakes_are_one_line(tmp_path, extra, message):
+    directory = write_ep_profile(tmp_path / "p")
+    shutil.copytree(directory / "tp1", directory / "tp2")
+    with pytest.raises(ScenarioError, match=message) as err:
+        model(directory, num_experts=4, experts_per_token=2, **extra)
+    assert "\n" not in str(err.value)
+
+
+def test_expert_parallel_needs_a_moe_profile(tmp_path):
+    from test_profile_latency import write_profile
+
+    with pytest.raises(ScenarioError, match="mixture-of-experts profile"):
+        model(write_profile(tmp_path / "dense"), expert_parallel=2, hidden_size=8,
+              allreduce_bandwidth=1e9)

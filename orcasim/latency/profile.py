@@ -19,6 +19,7 @@ activated_experts, time_us): the MoE block in place of the dense MLP
     num_layers * (sum of per-layer dense ops(T) + attention(step) + moe(T))
       + sum of per-step dense ops(T) + sum of per-sequence ops(num_seqs)
       + overhead_s + 2 * num_layers * all-reduce(tokens)   (tp > 1)
+      + 2 * num_layers * gather(tokens)                    (expert_parallel > 1)
 
 where the per-step dense operators (``embedding`` and ``final_layernorm`` by
 default) run once per forward pass, not once per layer, and ``layernorm``
@@ -188,6 +189,12 @@ class ProfileLatency(LatencyModel):
         moe_routing: Routing = Field("uniform", description="experts a step's tokens touch: "
                                      "uniform (independent routing, expected distinct "
                                      "experts) or balanced (min(E, tokens x k))")
+        expert_parallel: int = Field(1, ge=1, le=1024, description="GPUs the experts are "
+                                     "spread over, one TP1 engine each (vLLM's "
+                                     "enable_expert_parallel with data_parallel_size engines): "
+                                     "each GPU runs E/ep experts on the tokens of all ep "
+                                     "engines, gathered and scattered over the all-reduce "
+                                     "link (needs hidden_size and allreduce_bandwidth)")
         cudagraph_capture_sizes: list[int] = Field(
             [], description="token counts vLLM captured CUDA graphs for: a step of at most "
             "the largest is padded to the next one for its dense and MoE operators "
@@ -219,6 +226,9 @@ class ProfileLatency(LatencyModel):
                                 f"sizes must be >= 1, got {sizes[0]}")
         self.graph_sizes = sizes
         self.comm_fixed, self.comm_per_token = self._allreduce(params)
+        ep_fixed, ep_per_token = self._ep_comm(params)
+        self.comm_fixed += ep_fixed
+        self.comm_per_token += ep_per_token
 
     def _init_llmservingsim(self, params: Params, directory: Path) -> None:
         prof = load_profile(directory, params.tp)
@@ -241,7 +251,7 @@ class ProfileLatency(LatencyModel):
             self.moe = MoeTable(prof.moe, prof.moe_scale,
                                 self._moe_int(params, prof.meta, "num_experts", prof.moe),
                                 self._moe_int(params, prof.meta, "experts_per_token", prof.moe),
-                                params.moe_routing, clamp)
+                                params.moe_routing, clamp, params.expert_parallel)
 
     def _init_vidur(self, params: Params, directory: Path) -> None:
         tables = load_vidur(directory, params.tp, params.block_size, self.clamp)
@@ -280,6 +290,33 @@ class ProfileLatency(LatencyModel):
         n = 2 * self.num_layers
         ring = 2 * (params.tp - 1) / params.tp
         per_token = ring * params.hidden_size * params.dtype_bytes / params.allreduce_bandwidth
+        return n * params.allreduce_latency, n * per_token
+
+    def _ep_comm(self, params: Params) -> tuple[float, float]:
+        """(fixed, per-token) time of the expert-parallel gathers, s: two per MoE layer.
+
+        vLLM's default all2all backend (``allgather_reducescatter``) all-gathers
+        the hidden states of the ``ep`` engines' tokens before each MoE block
+        and reduce-scatters its output after it. With a ring over ``ep`` GPUs
+        and steps of ``N`` tokens per engine each GPU sends ``(ep - 1) N``
+        tokens of ``hidden_size x dtype_bytes`` in each, at the all-reduce link's
+        bandwidth and latency.
+        """
+        ep = params.expert_parallel
+        if ep == 1:
+            return 0.0, 0.0
+        if self.moe is None:
+            raise ScenarioError("engine.latency.expert_parallel", "needs a mixture-of-experts "
+                                "profile (moe.csv)", self.source)
+        if params.tp != 1:
+            raise ScenarioError("engine.latency.expert_parallel", "is modelled for TP1 engines "
+                                f"only, got tp {params.tp}")
+        if params.hidden_size is None or params.allreduce_bandwidth is None:
+            raise ScenarioError("engine.latency", f"expert_parallel {ep} needs hidden_size and "
+                                "allreduce_bandwidth: the tokens are gathered between the GPUs")
+        n = 2 * self.num_layers
+        per_token = (ep - 1) * params.hidden_size * params.dtype_bytes / \
+            params.allreduce_bandwidth
         return n * params.allreduce_latency, n * per_token
 
     @staticmethod

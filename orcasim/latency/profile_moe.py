@@ -27,6 +27,19 @@ MoE is profiled at tensor-parallel degree 1 only. At ``tp > 1`` without a
 divided by ``tp``: vLLM's fused MoE layer shards every expert's intermediate
 dimension across the TP ranks (expert parallelism off, vLLM's default), so
 each GPU reads and multiplies ``1/tp`` of every activated expert's weights.
+
+**Expert parallelism** (``ep > 1``, vLLM's ``enable_expert_parallel`` with
+``data_parallel_size`` = ``ep`` engines of TP1): each GPU holds ``E / ep``
+whole experts, and every MoE layer gathers the tokens of all ``ep`` engines
+(vLLM's default all2all backend, ``allgather_reducescatter``), so each GPU
+runs its own experts on the expert-token pairs of all of them. With the
+engines' steps of equal size (vLLM runs the DP engines of an MoE model in
+lockstep and its load balancer keeps their queues even), a step of ``N``
+tokens per engine sends ``N ep k / ep = N k`` pairs to each GPU's experts, of
+which ``E/ep (1 - (1 - k/E)^(N ep))`` are touched under uniform routing
+(``min(E/ep, N k)`` balanced): the TP1 table is read at ``N`` tokens and
+that many experts. The all-gather and reduce-scatter around the block are
+costed by the profile model (:meth:`ProfileLatency._ep_comm`).
 """
 
 from __future__ import annotations
@@ -61,21 +74,23 @@ def moe_file(directory: Path, tp: int) -> tuple[Path | None, float]:
 
 
 def experts_touched(tokens: float, num_experts: int, experts_per_token: int,
-                    routing: Routing) -> float:
-    """Distinct experts that ``tokens`` tokens are expected to route to (see the module)."""
+                    routing: Routing, ep: int = 1) -> float:
+    """Distinct experts of one GPU that a step of ``tokens`` tokens per engine is expected to
+    route to, with the experts spread over ``ep`` GPUs and engines (see the module)."""
     e, k = num_experts, experts_per_token
     if tokens <= 0:
         return 0.0
+    local = e / ep
     if routing == "balanced":
-        return float(min(e, tokens * k))
-    return e * (1.0 - (1.0 - k / e) ** tokens)
+        return float(min(local, tokens * k))
+    return local * (1.0 - (1.0 - k / e) ** (tokens * ep))
 
 
 class MoeTable:
     """One MoE block's time, s, against the tokens of a step."""
 
     def __init__(self, path: Path, scale: float, num_experts: int, experts_per_token: int,
-                 routing: Routing, clamp: bool) -> None:
+                 routing: Routing, clamp: bool, ep: int = 1) -> None:
         if experts_per_token > num_experts:
             raise ScenarioError("engine.latency.experts_per_token", f"{experts_per_token} is "
                                 f"more than num_experts ({num_experts})")
@@ -86,13 +101,18 @@ class MoeTable:
         self.experts_per_token = experts_per_token
         self.routing: Routing = routing
         self.clamp = clamp
+        if ep > 1 and num_experts % ep:
+            raise ScenarioError("engine.latency.expert_parallel", f"{ep} does not divide "
+                                f"num_experts ({num_experts})")
+        self.ep = ep
         self._memo: dict[float, float] = {}
 
     def __call__(self, tokens: float) -> float:
         """The block's time for a step of ``tokens`` tokens (memoised per token count)."""
         t = self._memo.get(tokens)
         if t is None:
-            a = experts_touched(tokens, self.num_experts, self.experts_per_token, self.routing)
+            a = experts_touched(tokens, self.num_experts, self.experts_per_token, self.routing,
+                                self.ep)
             t = eval_nested(self.tree, (a, tokens), self.clamp) if tokens > 0 else 0.0
             self._memo[tokens] = t
         return t

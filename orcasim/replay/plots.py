@@ -49,6 +49,7 @@ def running_waiting(path: Path, measured: dict[str, np.ndarray] | None,
     and ``waiting`` (None when the run has no timeseries.csv).
     """
     plt = _pyplot()
+    steps = engines_summed(steps)
     fig, axes = plt.subplots(2, 1, figsize=(10, 5.5), sharex=True)
     fig.subplots_adjust(left=0.08, right=0.98, bottom=0.1, top=0.92, hspace=0.08)
     for ax, (mkey, skey, name) in zip(axes, (("running", "batch_size", "running"),
@@ -65,3 +66,28 @@ def running_waiting(path: Path, measured: dict[str, np.ndarray] | None,
     fig.suptitle(title, fontsize=10)
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def engines_summed(steps: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Running and waiting requests of all engines at every step start of any of them.
+
+    A data-parallel replay's step series holds every engine's rows with a
+    ``replica`` column; the measured timeseries counts the engines together,
+    so each engine's last value at every step start is summed. One engine's
+    series is returned as it is.
+    """
+    if "replica" not in steps:
+        return steps
+    t = np.asarray(steps["t_start"], dtype=float)
+    rep = np.asarray(steps["replica"])
+    grid = np.unique(t)
+    out = {"t_start": grid, "batch_size": np.zeros(len(grid)), "num_waiting": np.zeros(len(grid))}
+    for r in np.unique(rep):
+        mine = np.flatnonzero(rep == r)
+        mine = mine[np.argsort(t[mine], kind="stable")]
+        at = np.searchsorted(t[mine], grid, side="right") - 1
+        seen = at >= 0
+        for key in ("batch_size", "num_waiting"):
+            vals = np.asarray(steps[key], dtype=float)[mine]
+            out[key][seen] += vals[at[seen]]
+    return out

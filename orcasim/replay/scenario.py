@@ -26,7 +26,14 @@ hand. The mapping from vLLM's engine arguments (``meta.json`` ->
 - the profile model's CUDA-graph padding: vLLM's default capture sizes for the
   run's ``max_num_seqs`` and ``max_num_batched_tokens``
   (:func:`default_capture_sizes`), none with ``enforce_eager``;
-- an MoE model's experts and experts per token from its preset.
+- an MoE model's experts and experts per token from its preset;
+- ``data_parallel_size`` > 1: that many engines (a ``cluster`` of replicas,
+  each with the run's policy, latency model and KV cache) behind the
+  ``least_outstanding`` router with a live view (:data:`DP_ROUTER`);
+- ``enable_expert_parallel`` with an MoE model: the profile model's
+  ``expert_parallel`` = ``data_parallel_size`` x ``tensor_parallel_size``
+  (TP1 engines only), with the same PCIe link for the token gathers; the
+  roofline costs each engine as if it held every expert.
 
 Each argument is read from vLLM's resolved configuration when the run
 recorded it (``resolved_config`` and ``kv_cache`` in ``meta.json``), else from
@@ -73,6 +80,14 @@ ALLREDUCE_PCIE_LATENCY_S = 20e-6
 #: (Meta-Llama-3-8B, vllm-project/vllm#10511) and 0.16 GiB outside PyTorch
 #: (vllm-project/vllm#12126).
 KV_RESERVE_GIB = 1.26 + 0.16
+
+#: how vLLM spreads requests over ``data_parallel_size`` engines behind one front end
+#: (``DPLBAsyncMPClient.get_core_engine_for_request``, vllm/v1/engine/core_client.py): the
+#: engine with the lowest ``4 x waiting + running``, ties to the lowest index, counting each
+#: request it sends at once (the engines' own counts arrive every 100 ms). Fewest outstanding
+#: (waiting + running) on a live view picks the same engine whenever the engines' running
+#: counts are equal or nothing waits, the two states a DP run is in almost all the time.
+DP_ROUTER = {"type": "least_outstanding"}
 
 
 def default_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> list[int]:
@@ -121,6 +136,8 @@ SECTIONS = {
     "gpu_memory_utilization": ("cache_config", "kv_cache"),
     "num_gpu_blocks": ("cache_config", "kv_cache"),
     "tensor_parallel_size": ("parallel_config",),
+    "data_parallel_size": ("parallel_config",),
+    "enable_expert_parallel": ("parallel_config",),
     "enforce_eager": ("model_config",),
 }
 
@@ -250,6 +267,9 @@ def build_scenario(
     model_name = str(meta.get("model") or args.kwargs.get("model") or "")
     preset = model_preset(model_name)
     tp = args.positive_int("tensor_parallel_size", 1)
+    dp = args.positive_int("data_parallel_size", 1)
+    ep = dp * tp if args.flag("enable_expert_parallel", False) and preset is not None \
+        and preset.is_moe else 1
     block_size = args.positive_int("block_size", 16)
     fallback_len = preset.max_model_len if preset is not None else max(max_request_len, 2)
     policy: dict[str, Any] = {
@@ -273,9 +293,12 @@ def build_scenario(
         "description": f"replay of a measured vLLM run of {model_name or 'a model'}",
         "workload": {"type": "trace", "file": str(workload), "format": "tokens",
                      "hash_block_size": block_size},
-        "engine": {"latency": _latency(profiles, gpu, preset, model_name, tp)},
+        "engine": {"latency": _latency(profiles, gpu, preset, model_name, tp, ep)},
         "policy": policy,
     }
+    if dp > 1:
+        scenario["cluster"] = {"router": dict(DP_ROUTER), "staleness": 0,
+                               "groups": [{"name": "dp", "count": dp}]}
     if profiles is not None:
         latency = scenario["engine"]["latency"]
         latency["overhead_s"] = (
@@ -305,7 +328,10 @@ def build_scenario(
 
 
 def _latency(profiles: Path | None, gpu: str | None, preset: ModelSpec | None,
-             model_name: str, tp: int) -> dict[str, Any]:
+             model_name: str, tp: int, ep: int = 1) -> dict[str, Any]:
+    if ep > 1 and profiles is not None and tp > 1:
+        raise UsageError(f"expert parallelism over {ep} GPUs is modelled for TP1 engines "
+                         f"only; the run has tensor_parallel_size {tp}")
     if profiles is not None:
         latency: dict[str, Any] = {"type": "profile", "dir": str(profiles), "tp": tp}
         if preset is not None:
@@ -313,7 +339,9 @@ def _latency(profiles: Path | None, gpu: str | None, preset: ModelSpec | None,
             if preset.is_moe:
                 latency["num_experts"] = preset.num_experts
                 latency["experts_per_token"] = preset.experts_per_token
-        if tp > 1:
+        if ep > 1:
+            latency["expert_parallel"] = ep
+        if tp > 1 or ep > 1:
             if preset is not None:
                 latency["hidden_size"] = preset.hidden_size
             latency["allreduce_bandwidth"] = ALLREDUCE_PCIE_BANDWIDTH
