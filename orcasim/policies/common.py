@@ -26,6 +26,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Generator, Iterable
+from itertools import islice
 from typing import Any, ClassVar, Literal
 
 import simpy
@@ -37,6 +38,7 @@ from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
 from orcasim.policies.base import PolicyParams, TokenPolicy, slots_field
 from orcasim.policies.queues import KeyedQueue
+from orcasim.policies.runs import TokenRuns
 from orcasim.request import Request, RequestState
 from orcasim.sched.token_memory import TokenMemory
 
@@ -80,8 +82,13 @@ class BatchPolicy(TokenPolicy):
             p: Any = params
             self.mem = TokenMemory(ctx.kv, getattr(p, "preemption", "recompute"),
                                    getattr(p, "watermark", 0.0))
+        self._left: tuple[StepPlan | None, int] = (None, 0)  # make_plan's steps_left
+        #: schedule_running's list whose first entries decode: (list, entries, KV, steps left)
+        self._decodes: tuple[list[tuple[Request, int]], int, int, int] | None = None
         if self.mem is not None or not self._runs:  # step by step: spare the engine the ask
             self.decode_run = None  # type: ignore[assignment]
+        if self.mem is not None or cls.next_step is not BatchPolicy.next_step:
+            self.ready_plan = None  # type: ignore[assignment]
 
     def next_step(self) -> Generator[simpy.Event, Any, StepPlan | None]:
         ctx = self.ctx
@@ -102,6 +109,50 @@ class BatchPolicy(TokenPolicy):
         scheduled, _ = self.schedule_running(self.params.token_budget)
         return self._plan(scheduled) if scheduled else None
 
+    def make_plan(self, scheduled: list[tuple[Request, int]]) -> StepPlan:
+        """:meth:`TokenPolicy.make_plan`, noting in the same pass :meth:`steps_left`."""
+        kv = prefill = decode = 0
+        left = 1 << 62
+        hint = self._decodes
+        if hint is not None and hint[0] is scheduled:  # its first m entries decode
+            _, m, kv, left = hint
+            decode = m
+            contexts = [r.num_computed_tokens for r, _ in islice(scheduled, m)]
+            rest = islice(scheduled, m, None)
+        else:
+            contexts = []
+            rest = iter(scheduled)
+        self._decodes = None
+        append = contexts.append
+        for req, n in rest:
+            c = req.num_computed_tokens
+            kv += c
+            append(c)
+            out = req.num_output_tokens
+            known = (req.prompt_len or 1) + out
+            if n == 1 and out > 0 and c == known - 1:
+                decode += 1
+            else:
+                prefill += n
+                if c + n < known:
+                    left = 0
+            if req.output_len - out < left:
+                left = req.output_len - out
+        plan = StepPlan(len(scheduled), kv, prefill, decode, scheduled, contexts)
+        self._left = (plan, left)
+        return plan
+
+    def steps_left(self, plan: StepPlan) -> int:
+        noted, left = self._left
+        return left if noted is plan else TokenRuns.steps_left(self, plan)
+
+    def ready_plan(self) -> StepPlan | None:  # type: ignore[override]
+        """:meth:`next_step` without a generator when a plan is ready (no memory limit: then
+        a schedule that finds nothing to do changes nothing, and :meth:`next_step` repeats it)."""
+        self.ctx.poll_arrivals()
+        scheduled = self.schedule()
+        return self.make_plan(scheduled) if scheduled else None
+
     def _plan(self, scheduled: list[tuple[Request, int]]) -> StepPlan:
         plan = self.make_plan(scheduled)
         if self.mem is not None:
@@ -110,8 +161,15 @@ class BatchPolicy(TokenPolicy):
 
     # -- hooks ---------------------------------------------------------------
     def order_running(self) -> Iterable[Request]:
-        """The order in which running requests get tokens (default: admission order)."""
-        return self.running
+        """The order in which running requests get tokens (:meth:`order` of ``self.running``)."""
+        return self.order(self.running)
+
+    def order(self, reqs: list[Request]) -> Iterable[Request]:
+        """The order in which running ``reqs`` (in admission order) get tokens (default: as is)."""
+        return reqs
+
+    def last_step_order(self, reqs: list[Request]) -> list[Request]:
+        return list(self.order(TokenRuns.last_step_order(self, reqs)))
 
     def victim(self, head: Request) -> Request | None:
         """A running request to preempt so that ``head`` can run, or ``None``."""
@@ -142,6 +200,13 @@ class BatchPolicy(TokenPolicy):
         mem = self.mem
         held = mem.held if mem is not None else None
         bs = mem.kv.block_size if mem is not None else 0
+        decoding = self.decoding
+        if decoding is not None:  # right after a run: every running request decodes
+            self.decoding = None
+            if decoding[0] is self.running and decoding[1] == len(self.running) <= budget:
+                scheduled = [(r, 1) for r in self.order_running()]
+                self._decodes = (scheduled, decoding[1], decoding[2], decoding[3])
+                return scheduled, budget - decoding[1]
         scheduled: list[tuple[Request, int]] = []
         order = self.order_running()
         for req in order if mem is None else list(order):
@@ -185,6 +250,7 @@ class BatchPolicy(TokenPolicy):
 
     def preempt(self, req: Request, reason: str = "priority") -> None:
         """Preempt running ``req``: swap its blocks out (``preemption: swap``) or recompute."""
+        self.decoding = self._decodes = None  # the batch changes
         mem = self.mem
         if mem is not None and mem.swap and mem.swap_out(req):
             self.running.remove(req)
@@ -283,6 +349,7 @@ class BatchPolicy(TokenPolicy):
         return iter([*self.running, *mem.swapped])
 
     def drop(self, req: Request) -> None:
+        self.decoding = self._decodes = None  # the batch changes
         mem = self.mem
         if mem is not None and req in mem.swapped:
             mem.swapped.remove(req)
@@ -319,8 +386,8 @@ class KeyedPolicy(BatchPolicy):
         """Sort key of ``req`` (smaller runs first); computed when it is queued."""
         raise NotImplementedError
 
-    def order_running(self) -> Iterable[Request]:
-        return sorted(self.running, key=self.key)
+    def order(self, reqs: list[Request]) -> Iterable[Request]:
+        return sorted(reqs, key=self.key)
 
     def victim(self, head: Request) -> Request | None:
         if not self.running:
