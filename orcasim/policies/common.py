@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from itertools import islice
 from typing import Any, ClassVar, Literal
 
@@ -376,29 +376,38 @@ class KeyedPolicy(BatchPolicy):
     key.
     """
 
+    #: whether a request's key never changes (then a running request's key is computed once)
+    static_keys: ClassVar[bool] = True
+
     def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
         self.preemptive = bool(getattr(params, "preempt", False))
         if ctx is not None:
             ctx.waiting = KeyedQueue(self.key)
+        self._keys = KeyCache(self.key)
+        #: the key of a running request now: :meth:`key`, or its cached value for static keys
+        self.rank = self._keys.__getitem__ if self.static_keys else self.key
 
     def key(self, req: Request) -> Any:
         """Sort key of ``req`` (smaller runs first); computed when it is queued."""
         raise NotImplementedError
 
     def order(self, reqs: list[Request]) -> Iterable[Request]:
-        return sorted(reqs, key=self.key)
+        return sorted(reqs, key=self.rank)
 
     def victim(self, head: Request) -> Request | None:
         if not self.running:
             return None
-        key = self.key
-        worst = max(reversed(self.running), key=key)
-        return worst if key(head) < key(worst) else None
+        worst = max(reversed(self.running), key=self.rank)
+        return worst if self.key(head) < self.rank(worst) else None
 
     def memory_victim(self) -> Request:
         """The running request with the largest key (the latest admitted among ties)."""
-        return max(reversed(self.running), key=self.key)
+        return max(reversed(self.running), key=self.rank)
+
+    def release(self, req: Request) -> None:
+        super().release(req)
+        self._keys.pop(req, None)
 
     def swap_first(self, swapped: Request, head: Request) -> bool:
         """A swapped-out request comes back before ``head`` unless ``head`` has a smaller key."""
@@ -411,6 +420,20 @@ class KeyedPolicy(BatchPolicy):
             mem.swapped.pop()  # keep the swapped requests in key order
             keys = [self.key(r) for r in mem.swapped]
             mem.swapped.insert(bisect.bisect_right(keys, self.key(req)), req)
+
+
+class KeyCache(dict):  # type: ignore[type-arg]
+    """Keys of requests by request, each computed by ``key`` when first asked for."""
+
+    __slots__ = ("_key",)
+
+    def __init__(self, key: Callable[[Request], Any]) -> None:
+        super().__init__()
+        self._key = key
+
+    def __missing__(self, req: Request) -> Any:
+        k = self[req] = self._key(req)
+        return k
 
 
 class ClassLevels:
