@@ -99,7 +99,7 @@ class BatchPolicy(TokenPolicy):
                 mem.blocked = False
             scheduled = self.schedule()
             if scheduled:
-                return self._plan(scheduled)
+                return self.planned(self._plan(scheduled))
             if (not ctx.waiting and not self.running and ctx.arrivals_done
                     and not (mem is not None and mem.swapped)):
                 return None
@@ -151,7 +151,12 @@ class BatchPolicy(TokenPolicy):
         a schedule that finds nothing to do changes nothing, and :meth:`next_step` repeats it)."""
         self.ctx.poll_arrivals()
         scheduled = self.schedule()
-        return self.make_plan(scheduled) if scheduled else None
+        return self.planned(self.make_plan(scheduled)) if scheduled else None
+
+    def planned(self, plan: StepPlan) -> StepPlan:
+        """Hook: the step rule planned ``plan``, which runs next (not called for the plans of
+        :meth:`continue_step`)."""
+        return plan
 
     def _plan(self, scheduled: list[tuple[Request, int]]) -> StepPlan:
         plan = self.make_plan(scheduled)
