@@ -283,14 +283,14 @@ class BatchPolicy(TokenPolicy):
                 continue
             if not waiting:
                 break
-            head = waiting[0]
             if slots.count >= slots.capacity:
-                victim = self.victim(head) if self.preemptive else None
+                victim = self.victim(waiting[0]) if self.preemptive else None
                 if victim is None:
                     break
                 budget += unschedule(scheduled, victim)
                 self.preempt(victim, "priority")
                 continue
+            head = waiting[0]
             need = head.num_tokens - head.num_computed_tokens
             if need > budget:
                 if self.chunked:

@@ -131,8 +131,10 @@ class FairSharePolicy(BatchPolicy):
         """``steps`` steps in which ``counts[g]`` requests of each group ``g`` emit a token."""
         w_out = self.params.w_output  # type: ignore[attr-defined]
         counters = self.counters
+        weights = self._weights
         for g, m in counts.items():
-            counters[g] = add_repeated(counters.get(g, 0.0), w_out / self.weight(g), m * steps)
+            counters[g] = add_repeated(counters.get(g, 0.0), w_out / weights.get(g, 1.0),  # type: ignore[arg-type]
+                                       m * steps)
 
     def decode_run(self, plan: StepPlan | None = None) -> tuple[int, int, int, bool] | None:
         noted, counts = self._emitting

@@ -156,6 +156,7 @@ class TokenRuns:
         record_itl = ctx.recorder.record_itl
         bulk = kv = 0
         left = 1 << 62
+        more = k - 1  # tokens each computes after the first step
         finished: list[Request] = []
         for req, n in plan.scheduled or ():
             out = req.num_output_tokens
@@ -166,15 +167,16 @@ class TokenRuns:
             else:
                 record_itl(t1 - req.last_token)  # type: ignore[operator]
             out += k
-            if out < req.output_len:
-                req.num_computed_tokens = c = req.num_computed_tokens + n + k - 1
+            rest = req.output_len - out
+            if rest > 0:
+                req.num_computed_tokens = c = req.num_computed_tokens + n + more
                 req.num_output_tokens = out
                 req.last_token = t_end
                 kv += c
-                if req.output_len - out < left:
-                    left = req.output_len - out
+                if rest < left:
+                    left = rest
             else:  # it finishes in the last step: leave it as that step finds it
-                req.num_computed_tokens += n + k - 2
+                req.num_computed_tokens += n + more - 1
                 req.num_output_tokens = out - 1
                 req.last_token = before_last
                 finished.append(req)
