@@ -29,6 +29,14 @@ def run_both(overrides: dict, n: int = 1500, variant: str = "continuous", stop_a
         Engine.fast_paths = flag
         try:
             m = build_model(cfg, arrays)
+            ended: list[int] = []  # request ids in the order they end (rows are kept by id)
+            record = m.recorder.record_request
+
+            def spy(req, record=record, ended=ended):
+                ended.append(req.id)
+                record(req)
+
+            m.recorder.record_request = spy
             if stop_at is not None:
                 def stopper(env=m.env, engine=m.engine):
                     yield env.timeout(stop_at)
@@ -52,6 +60,7 @@ def run_both(overrides: dict, n: int = 1500, variant: str = "continuous", stop_a
             "kv": m.ctx.kv.summary(),
             "preemptions": m.ctx.preemption_summary(),
             "counters": dict(getattr(m.engine.policy, "counters", {})),
+            "ended": ended,
         })
     return out
 
@@ -75,6 +84,7 @@ def assert_identical(slow: dict, fast: dict) -> None:
     np.testing.assert_equal(slow["kv"], fast["kv"])
     assert slow["preemptions"] == fast["preemptions"]
     assert slow.get("counters") == fast.get("counters")  # fair-share counters, bit for bit
+    assert slow.get("ended") == fast.get("ended")  # the order requests end in
 
 
 SCENARIOS = {
@@ -228,3 +238,46 @@ def test_add_repeated_equals_adding_one_at_a_time(x, c, n):
     for _ in range(n):
         y += c
     assert add_repeated(x, c, n) == y
+
+
+@pytest.mark.parametrize("name", ["fcfs", "sarathi", "srpt", "decode-first"])
+def test_token_plans_after_runs_equal_the_plain_plan(monkeypatch, name):
+    """The plans built from what a run noted (decodes, KV tokens, steps left) equal the plain
+    ``TokenPolicy.make_plan`` of the same requests, and ``steps_left`` its plain pass."""
+    from orcasim.policies.base import TokenPolicy
+    from orcasim.policies.common import BatchPolicy
+    from orcasim.policies.runs import TokenRuns
+    fields = ("num_seqs", "num_kv_tokens", "num_prefill_tokens", "num_decode_tokens", "contexts")
+    make_plan = BatchPolicy.make_plan
+    hinted = []
+
+    def checked(self, scheduled):
+        hinted.append(self._decodes is not None and self._decodes[0] is scheduled)
+        plain = TokenPolicy.make_plan(self, scheduled)
+        plan = make_plan(self, scheduled)
+        assert [getattr(plan, f) for f in fields] == [getattr(plain, f) for f in fields]
+        assert self.steps_left(plan) == TokenRuns.steps_left(self, plan)
+        return plan
+
+    monkeypatch.setattr(BatchPolicy, "make_plan", checked)
+    over = {"policy": {**TOKEN_POLICIES[name], "max_batch": 16}, "variants": None,
+            "engine.latency.per_prefill_token": 0.0001}
+    slow, fast = run_both(over, n=300, variant=None)
+    assert_identical(slow, fast)
+    assert sum(hinted) > 50  # most plans after a run start from its notes
+
+
+def test_a_runs_last_step_finishes_requests_in_that_steps_order():
+    """srpt orders by predicted remaining length. y runs alone first; x joins at the second
+    step, which is scheduled as the running requests' order (y) and then the admissions (x),
+    and starts a run to the end. Both finish in its last step, whose order is by remaining
+    length: x (predicted 1.8 tokens, past its prediction: 0 left) before y (29.1 predicted,
+    17.1 left). The run's finish order is the last step's, as step by step."""
+    reqs = [{"name": "y", "arrival": 0.0, "prompt_len": 8, "output_len": 13},
+            {"name": "x", "arrival": 0.001, "prompt_len": 8, "output_len": 12}]
+    over = {"seed": 0, "policy": {"type": "srpt", "sigma": 1.0, "max_batch": 4},
+            "variants": None, "workload": {"type": "list", "requests": reqs}}
+    slow, fast = run_both(over, n=2, variant=None)
+    assert_identical(slow, fast)
+    assert fast["num_steps"] == 13 and fast["events"] < slow["events"] - 10  # a run of 12
+    assert fast["ended"] == [1, 0]  # x, then y

@@ -110,7 +110,10 @@ class BatchPolicy(TokenPolicy):
         return self._plan(scheduled) if scheduled else None
 
     def make_plan(self, scheduled: list[tuple[Request, int]]) -> StepPlan:
-        """:meth:`TokenPolicy.make_plan`, noting in the same pass :meth:`steps_left`."""
+        """:meth:`TokenPolicy.make_plan`, noting in the same pass :meth:`steps_left` (for runs,
+        which a memory limit rules out)."""
+        if self.mem is not None:
+            return TokenPolicy.make_plan(self, scheduled)
         kv = prefill = decode = 0
         left = 1 << 62
         hint = self._decodes
