@@ -92,7 +92,8 @@ class TokenRuns:
         return slots.count < slots.capacity
 
     def decode_budget(self) -> int:
-        """Tokens a step of decodes may schedule at most (the batch decodes whole below it)."""
+        """Tokens the step rule schedules in a step at most (a preemptive policy's plan that
+        spent them all did not look at the queue's head)."""
         budget: int = getattr(self.params, "token_budget", 1 << 62)
         return budget
 
@@ -112,7 +113,7 @@ class TokenRuns:
                 or getattr(self, "mem", None) is not None):
             return None
         size = len(self.running)
-        if plan.num_seqs != size or size > self.decode_budget():
+        if plan.num_seqs != size:  # (then each later step's decodes fit the budget too)
             return None
         room = self.has_room()
         waiting = self.ctx.waiting
