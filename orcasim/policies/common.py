@@ -322,6 +322,7 @@ class BatchPolicy(TokenPolicy):
             waiting.popleft()
             ctx.admit(head)
             running.append(head)
+            self.decoding = None  # the batch changed
             scheduled.append((head, need))
             budget -= need
             self.admitted(head)
@@ -341,6 +342,7 @@ class BatchPolicy(TokenPolicy):
             return False
         self.ctx.admit(req)
         self.running.append(req)
+        self.decoding = None
         scheduled.append((req, need))
         return True
 
