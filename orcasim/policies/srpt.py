@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from orcasim.context import SchedulerContext
-from orcasim.policies.common import KeyCache
+from orcasim.policies.keys import KeyCache
 from orcasim.policies.sjf import SJF, LengthParams
 from orcasim.registry import policies
 from orcasim.request import Request
