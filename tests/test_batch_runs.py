@@ -182,6 +182,10 @@ TOKEN_POLICIES = {
     "prefill-first": {"type": "prefill-first"},
     "decode-first": {"type": "decode-first", "refill_below": 4},
     "priority-preempt": {"type": "priority", "preempt": True},
+    "priority-classes": {"type": "priority", "preempt": True,
+                         "classes": {"interactive": 0, "batch": 1, "rare": 2}},
+    "priority-aging": {"type": "priority", "preempt": True, "aging_s": 0.5,
+                       "classes": {"interactive": 0, "batch": 1, "rare": 2}},
     "srpt": {"type": "srpt", "sigma": 0.5},
     "sjf": {"type": "sjf"},
     "edf": {"type": "edf", "default_deadline": 30.0},
@@ -196,7 +200,7 @@ def test_token_policy_runs_equal_per_step_simulation(name, rate):
     policy = {**TOKEN_POLICIES[name], "max_batch": 16}
     over = {"policy": policy, "variants": None, "workload.arrival.rate": rate,
             "engine.latency.per_prefill_token": 0.0001}
-    if name in ("priority-preempt", "vtc", "class-share"):
+    if name in ("priority-preempt", "priority-classes", "priority-aging", "vtc", "class-share"):
         over["workload.classes"] = [
             {"name": "interactive", "weight": 1, "priority": 0, "tenant": "a"},
             {"name": "batch", "weight": 2, "priority": 1, "tenant": "b"},

@@ -45,6 +45,19 @@ class Priority(KeyedPolicy):
         self.aging_s = params.aging_s
         super().__init__(params, ctx)
 
+    def arrival_may_preempt(self) -> bool:
+        """Only a key below the largest running one preempts. With a ``classes`` mapping no
+        level is below its least, so a request arriving from now on has a key of at least
+        ``(least level, now)`` (``now + least level x aging_s`` with aging)."""
+        classes = self.level.classes
+        if not classes or not self.running:
+            return True
+        worst = self.rank(max(reversed(self.running), key=self.rank))
+        least = min(classes.values())
+        if self.aging_s is None:
+            return least < worst[0]
+        return self.ctx.env.now + least * self.aging_s < worst[0]
+
     def key(self, req: Request) -> Any:
         if self.aging_s is None:
             return (self.level(req), req.arrival)

@@ -123,7 +123,13 @@ class TokenRuns:
         left = self.steps_left(plan)
         if not left:
             return None  # a prompt chunk: it needs more than one token next step
-        return size, plan.num_kv_tokens + plan.num_tokens, left, room or self.preemptive
+        return (size, plan.num_kv_tokens + plan.num_tokens, left,
+                room or (self.preemptive and self.arrival_may_preempt()))
+
+    def arrival_may_preempt(self) -> bool:
+        """Whether a request arriving from now on could preempt a running one (a preemptive
+        policy; default: yes, so every arrival ends a run)."""
+        return True
 
     def steps_left(self, plan: StepPlan) -> int:
         """Steps until the first of ``plan``'s requests finishes, counting ``plan`` (0: some
