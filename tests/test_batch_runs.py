@@ -301,3 +301,46 @@ def test_no_run_when_a_plan_spends_the_budget_before_a_preemptive_policy_looks_a
     assert_identical(slow, fast)
     assert fast["preemptions"]["num_preemptions_priority"] == 1
     assert fast["events"] < slow["events"]
+
+
+TIES = [{"arrival": 0.02 * (i // 5), "prompt_len": 5 + i % 7, "output_len": 3 + (7 * i) % 11,
+         "priority": (i // 2) % 2} for i in range(60)]  # keys tie: five arrive at once
+
+
+@pytest.mark.parametrize("name", ["priority-preempt", "priority-aging", "edf", "sjf", "ties"])
+def test_keyed_running_order_kept_as_requests_come_and_go_is_the_sorted_order(monkeypatch, name):
+    """With static keys the running requests are kept in key order as they are admitted and
+    leave; at every use it equals sorting them, and its last is the largest key (the latest
+    admitted among ties)."""
+    from orcasim.policies.common import KeyedPolicy
+    order, worst = KeyedPolicy.order, KeyedPolicy.memory_victim
+    seen = []
+
+    def checked_order(self, reqs):
+        got = list(order(self, reqs))
+        assert got == sorted(reqs, key=self.key)
+        seen.append(self._ordered is not None and reqs is self.running)
+        return got
+
+    def checked_worst(self):
+        got = worst(self)
+        assert got is max(reversed(self.running), key=self.key)
+        return got
+
+    monkeypatch.setattr(KeyedPolicy, "order", checked_order)
+    monkeypatch.setattr(KeyedPolicy, "memory_victim", checked_worst)
+    if name == "ties":
+        over = {"policy": {"type": "priority", "preempt": True, "max_batch": 4},
+                "variants": None, "workload": {"type": "list", "requests": TIES}}
+    else:
+        over = {"policy": {**TOKEN_POLICIES[name], "max_batch": 8}, "variants": None,
+                "workload.arrival.rate": 20.0, "engine.latency.per_prefill_token": 0.0001,
+                "workload.classes": [
+                    {"name": "interactive", "weight": 1, "priority": 0, "tenant": "a"},
+                    {"name": "batch", "weight": 2, "priority": 1, "tenant": "b"},
+                    {"name": "rare", "weight": 0.2, "priority": 1, "tenant": "c"}]}
+    slow, fast = run_both(over, n=300, variant=None)
+    assert_identical(slow, fast)
+    assert sum(seen) > (30 if name == "ties" else 100)
+    if name.startswith("priority"):
+        assert fast["preemptions"]["num_preemptions_priority"] > (5 if name.endswith("t") else 0)

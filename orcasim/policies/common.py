@@ -396,26 +396,43 @@ class KeyedPolicy(BatchPolicy):
         self._keys = KeyCache(self.key)
         #: the key of a running request now: :meth:`key`, or its cached value for static keys
         self.rank = self._keys.__getitem__ if self.static_keys else self.key
+        #: the running requests in key order (ties in admission order), kept as they are
+        #: admitted and leave: with static keys and no memory limit (no swapping)
+        self._ordered: list[Request] | None = (
+            [] if self.static_keys and self.mem is None else None)
 
     def key(self, req: Request) -> Any:
         """Sort key of ``req`` (smaller runs first); computed when it is queued."""
         raise NotImplementedError
 
     def order(self, reqs: list[Request]) -> Iterable[Request]:
+        ordered = self._ordered
+        if ordered is not None and reqs is self.running:
+            return ordered
         return sorted(reqs, key=self.rank)
 
     def victim(self, head: Request) -> Request | None:
         if not self.running:
             return None
-        worst = max(reversed(self.running), key=self.rank)
+        worst = self.memory_victim()
         return worst if self.key(head) < self.rank(worst) else None
 
     def memory_victim(self) -> Request:
         """The running request with the largest key (the latest admitted among ties)."""
+        ordered = self._ordered
+        if ordered is not None:
+            return ordered[-1]
         return max(reversed(self.running), key=self.rank)
+
+    def admitted(self, req: Request) -> None:
+        super().admitted(req)
+        if self._ordered is not None:
+            bisect.insort_right(self._ordered, req, key=self.rank)
 
     def release(self, req: Request) -> None:
         super().release(req)
+        if self._ordered is not None:
+            self._ordered.remove(req)
         self._keys.pop(req, None)
 
     def swap_first(self, swapped: Request, head: Request) -> bool:

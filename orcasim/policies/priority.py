@@ -52,7 +52,7 @@ class Priority(KeyedPolicy):
         classes = self.level.classes
         if not classes or not self.running:
             return True
-        worst = self.rank(max(reversed(self.running), key=self.rank))
+        worst = self.rank(self.memory_victim())
         least = min(classes.values())
         if self.aging_s is None:
             return least < worst[0]
