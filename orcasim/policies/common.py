@@ -24,6 +24,7 @@ Also here: :class:`KeyedPolicy`, which serves and runs requests by a key
 from __future__ import annotations
 
 import bisect
+import contextlib
 from collections.abc import Generator, Iterable
 from itertools import islice
 from typing import Any, ClassVar, Literal
@@ -407,7 +408,7 @@ class KeyedPolicy(BatchPolicy):
 
     def order(self, reqs: list[Request]) -> Iterable[Request]:
         ordered = self._ordered
-        if ordered is not None and reqs is self.running:
+        if ordered is not None and reqs is self.running and len(ordered) == len(reqs):
             return ordered
         return sorted(reqs, key=self.rank)
 
@@ -420,7 +421,7 @@ class KeyedPolicy(BatchPolicy):
     def memory_victim(self) -> Request:
         """The running request with the largest key (the latest admitted among ties)."""
         ordered = self._ordered
-        if ordered is not None:
+        if ordered is not None and len(ordered) == len(self.running):
             return ordered[-1]
         return max(reversed(self.running), key=self.rank)
 
@@ -432,7 +433,9 @@ class KeyedPolicy(BatchPolicy):
     def release(self, req: Request) -> None:
         super().release(req)
         if self._ordered is not None:
-            self._ordered.remove(req)
+            # (absent if a subclass's admitted() skipped ours: then order() does not use it)
+            with contextlib.suppress(ValueError):
+                self._ordered.remove(req)
         self._keys.pop(req, None)
 
     def swap_first(self, swapped: Request, head: Request) -> bool:
