@@ -17,26 +17,28 @@
 Without chunked prefill a prompt larger than the whole budget can never be
 scheduled; it is rejected with reason ``prompt_too_long`` (vLLM does the same).
 
-Also here: :class:`ClassLevels` (a request's priority level from its class)
-and :class:`LengthPredictor` (true or noisy output lengths).
+Also here: :class:`KeyedPolicy`, which serves and runs requests by a key
+(see :mod:`orcasim.policies.keys` for the keys).
 """
 
 from __future__ import annotations
 
 import bisect
-import math
+import contextlib
 from collections.abc import Generator, Iterable
+from itertools import islice
 from typing import Any, ClassVar, Literal
 
 import simpy
 from pydantic import Field
 
 from orcasim.context import SchedulerContext
-from orcasim.errors import SimulationError
 from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
 from orcasim.policies.base import PolicyParams, TokenPolicy, slots_field
+from orcasim.policies.keys import KeyCache
 from orcasim.policies.queues import KeyedQueue
+from orcasim.policies.runs import TokenRuns
 from orcasim.request import Request, RequestState
 from orcasim.sched.token_memory import TokenMemory
 
@@ -80,8 +82,13 @@ class BatchPolicy(TokenPolicy):
             p: Any = params
             self.mem = TokenMemory(ctx.kv, getattr(p, "preemption", "recompute"),
                                    getattr(p, "watermark", 0.0))
+        self._left: tuple[StepPlan | None, int] = (None, 0)  # make_plan's steps_left
+        #: schedule_running's list whose first entries decode: (list, entries, KV, steps left)
+        self._decodes: tuple[list[tuple[Request, int]], int, int, int] | None = None
         if self.mem is not None or not self._runs:  # step by step: spare the engine the ask
             self.decode_run = None  # type: ignore[assignment]
+        if self.mem is not None or cls.next_step is not BatchPolicy.next_step:
+            self.ready_plan = None  # type: ignore[assignment]
 
     def next_step(self) -> Generator[simpy.Event, Any, StepPlan | None]:
         ctx = self.ctx
@@ -92,7 +99,7 @@ class BatchPolicy(TokenPolicy):
                 mem.blocked = False
             scheduled = self.schedule()
             if scheduled:
-                return self._plan(scheduled)
+                return self.planned(self._plan(scheduled))
             if (not ctx.waiting and not self.running and ctx.arrivals_done
                     and not (mem is not None and mem.swapped)):
                 return None
@@ -102,6 +109,58 @@ class BatchPolicy(TokenPolicy):
         scheduled, _ = self.schedule_running(self.params.token_budget)
         return self._plan(scheduled) if scheduled else None
 
+    def make_plan(self, scheduled: list[tuple[Request, int]]) -> StepPlan:
+        """:meth:`TokenPolicy.make_plan`, noting in the same pass :meth:`steps_left` (for runs,
+        which a memory limit rules out)."""
+        if self.mem is not None:
+            return TokenPolicy.make_plan(self, scheduled)
+        kv = prefill = decode = 0
+        left = 1 << 62
+        hint = self._decodes
+        if hint is not None and hint[0] is scheduled:  # its first m entries decode
+            _, m, kv, left = hint
+            decode = m
+            contexts = [r.num_computed_tokens for r, _ in islice(scheduled, m)]
+            rest = islice(scheduled, m, None)
+        else:
+            contexts = []
+            rest = iter(scheduled)
+        self._decodes = None
+        append = contexts.append
+        for req, n in rest:
+            c = req.num_computed_tokens
+            kv += c
+            append(c)
+            out = req.num_output_tokens
+            known = (req.prompt_len or 1) + out
+            if n == 1 and out > 0 and c == known - 1:
+                decode += 1
+            else:
+                prefill += n
+                if c + n < known:
+                    left = 0
+            if req.output_len - out < left:
+                left = req.output_len - out
+        plan = StepPlan(len(scheduled), kv, prefill, decode, scheduled, contexts)
+        self._left = (plan, left)
+        return plan
+
+    def steps_left(self, plan: StepPlan) -> int:
+        noted, left = self._left
+        return left if noted is plan else TokenRuns.steps_left(self, plan)
+
+    def ready_plan(self) -> StepPlan | None:  # type: ignore[override]
+        """:meth:`next_step` without a generator when a plan is ready (no memory limit: then
+        a schedule that finds nothing to do changes nothing, and :meth:`next_step` repeats it)."""
+        self.ctx.poll_arrivals()
+        scheduled = self.schedule()
+        return self.planned(self.make_plan(scheduled)) if scheduled else None
+
+    def planned(self, plan: StepPlan) -> StepPlan:
+        """Hook: the step rule planned ``plan``, which runs next (not called for the plans of
+        :meth:`continue_step`)."""
+        return plan
+
     def _plan(self, scheduled: list[tuple[Request, int]]) -> StepPlan:
         plan = self.make_plan(scheduled)
         if self.mem is not None:
@@ -110,8 +169,15 @@ class BatchPolicy(TokenPolicy):
 
     # -- hooks ---------------------------------------------------------------
     def order_running(self) -> Iterable[Request]:
-        """The order in which running requests get tokens (default: admission order)."""
-        return self.running
+        """The order in which running requests get tokens (:meth:`order` of ``self.running``)."""
+        return self.order(self.running)
+
+    def order(self, reqs: list[Request]) -> Iterable[Request]:
+        """The order in which running ``reqs`` (in admission order) get tokens (default: as is)."""
+        return reqs
+
+    def last_step_order(self, reqs: list[Request]) -> list[Request]:
+        return list(self.order(TokenRuns.last_step_order(self, reqs)))
 
     def victim(self, head: Request) -> Request | None:
         """A running request to preempt so that ``head`` can run, or ``None``."""
@@ -142,6 +208,13 @@ class BatchPolicy(TokenPolicy):
         mem = self.mem
         held = mem.held if mem is not None else None
         bs = mem.kv.block_size if mem is not None else 0
+        decoding = self.decoding
+        if decoding is not None:  # right after a run: every running request decodes
+            self.decoding = None
+            if decoding[0] is self.running and decoding[1] == len(self.running) <= budget:
+                scheduled = [(r, 1) for r in self.order_running()]
+                self._decodes = (scheduled, decoding[1], decoding[2], decoding[3])
+                return scheduled, budget - decoding[1]
         scheduled: list[tuple[Request, int]] = []
         order = self.order_running()
         for req in order if mem is None else list(order):
@@ -185,6 +258,7 @@ class BatchPolicy(TokenPolicy):
 
     def preempt(self, req: Request, reason: str = "priority") -> None:
         """Preempt running ``req``: swap its blocks out (``preemption: swap``) or recompute."""
+        self.decoding = self._decodes = None  # the batch changes
         mem = self.mem
         if mem is not None and mem.swap and mem.swap_out(req):
             self.running.remove(req)
@@ -212,14 +286,14 @@ class BatchPolicy(TokenPolicy):
                 continue
             if not waiting:
                 break
-            head = waiting[0]
             if slots.count >= slots.capacity:
-                victim = self.victim(head) if self.preemptive else None
+                victim = self.victim(waiting[0]) if self.preemptive else None
                 if victim is None:
                     break
                 budget += unschedule(scheduled, victim)
                 self.preempt(victim, "priority")
                 continue
+            head = waiting[0]
             need = head.num_tokens - head.num_computed_tokens
             if need > budget:
                 if self.chunked:
@@ -248,6 +322,7 @@ class BatchPolicy(TokenPolicy):
             waiting.popleft()
             ctx.admit(head)
             running.append(head)
+            self.decoding = None  # the batch changed
             scheduled.append((head, need))
             budget -= need
             self.admitted(head)
@@ -267,6 +342,7 @@ class BatchPolicy(TokenPolicy):
             return False
         self.ctx.admit(req)
         self.running.append(req)
+        self.decoding = None
         scheduled.append((req, need))
         return True
 
@@ -283,6 +359,7 @@ class BatchPolicy(TokenPolicy):
         return iter([*self.running, *mem.swapped])
 
     def drop(self, req: Request) -> None:
+        self.decoding = self._decodes = None  # the batch changes
         mem = self.mem
         if mem is not None and req in mem.swapped:
             mem.swapped.remove(req)
@@ -309,29 +386,57 @@ class KeyedPolicy(BatchPolicy):
     key.
     """
 
+    #: whether a request's key never changes (then a running request's key is computed once)
+    static_keys: ClassVar[bool] = True
+
     def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
         self.preemptive = bool(getattr(params, "preempt", False))
         if ctx is not None:
             ctx.waiting = KeyedQueue(self.key)
+        self._keys = KeyCache(self.key)
+        #: the key of a running request now: :meth:`key`, or its cached value for static keys
+        self.rank = self._keys.__getitem__ if self.static_keys else self.key
+        #: the running requests in key order (ties in admission order), kept as they are
+        #: admitted and leave: with static keys and no memory limit (no swapping)
+        self._ordered: list[Request] | None = (
+            [] if self.static_keys and self.mem is None else None)
 
     def key(self, req: Request) -> Any:
         """Sort key of ``req`` (smaller runs first); computed when it is queued."""
         raise NotImplementedError
 
-    def order_running(self) -> Iterable[Request]:
-        return sorted(self.running, key=self.key)
+    def order(self, reqs: list[Request]) -> Iterable[Request]:
+        ordered = self._ordered
+        if ordered is not None and reqs is self.running and len(ordered) == len(reqs):
+            return ordered
+        return sorted(reqs, key=self.rank)
 
     def victim(self, head: Request) -> Request | None:
         if not self.running:
             return None
-        key = self.key
-        worst = max(reversed(self.running), key=key)
-        return worst if key(head) < key(worst) else None
+        worst = self.memory_victim()
+        return worst if self.key(head) < self.rank(worst) else None
 
     def memory_victim(self) -> Request:
         """The running request with the largest key (the latest admitted among ties)."""
-        return max(reversed(self.running), key=self.key)
+        ordered = self._ordered
+        if ordered is not None and len(ordered) == len(self.running):
+            return ordered[-1]
+        return max(reversed(self.running), key=self.rank)
+
+    def admitted(self, req: Request) -> None:
+        super().admitted(req)
+        if self._ordered is not None:
+            bisect.insort_right(self._ordered, req, key=self.rank)
+
+    def release(self, req: Request) -> None:
+        super().release(req)
+        if self._ordered is not None:
+            # (absent if a subclass's admitted() skipped ours: then order() does not use it)
+            with contextlib.suppress(ValueError):
+                self._ordered.remove(req)
+        self._keys.pop(req, None)
 
     def swap_first(self, swapped: Request, head: Request) -> bool:
         """A swapped-out request comes back before ``head`` unless ``head`` has a smaller key."""
@@ -344,56 +449,3 @@ class KeyedPolicy(BatchPolicy):
             mem.swapped.pop()  # keep the swapped requests in key order
             keys = [self.key(r) for r in mem.swapped]
             mem.swapped.insert(bisect.bisect_right(keys, self.key(req)), req)
-
-
-class ClassLevels:
-    """A request's priority level (smaller is more important).
-
-    With a ``classes`` mapping (class name -> level) the level comes from the
-    request's class, and a request whose class is not listed is an error;
-    without one it is the request's own ``priority``.
-    """
-
-    def __init__(self, classes: dict[str, int] | None) -> None:
-        self.classes = classes
-
-    def __call__(self, req: Request) -> int:
-        classes = self.classes
-        if classes is None:
-            return req.priority
-        level = classes.get(req.cls)  # type: ignore[arg-type]
-        if level is None:
-            raise SimulationError(
-                f"request {req.label} has class {req.cls!r}, which policy.classes does not list "
-                f"({', '.join(map(str, classes))})"
-            )
-        return level
-
-
-class LengthPredictor:
-    """Predicted output lengths: the true one, or the true one times ``exp(N(0, sigma))``.
-
-    ``sigma = 0`` is the oracle. The noise is drawn once per request, when
-    the policy first asks, from the run's policy generator (``ctx.rng``), so a
-    run stays reproducible and the workload's draws are untouched. The
-    median prediction is the true length; ``sigma = 0.5`` puts two thirds of
-    the predictions within a factor 1.65 of it.
-    """
-
-    def __init__(self, sigma: float, ctx: SchedulerContext) -> None:
-        self.sigma = sigma
-        self.ctx = ctx
-        self._pred: dict[int, float] = {}
-
-    def __call__(self, req: Request) -> float:
-        if self.sigma == 0.0:
-            return float(req.output_len)
-        pred = self._pred.get(req.id)
-        if pred is None:
-            pred = self._pred[req.id] = req.output_len * math.exp(
-                self.sigma * float(self.ctx.rng.standard_normal()))
-        return pred
-
-    def forget(self, req: Request) -> None:
-        """Drop ``req``'s prediction (it left the system)."""
-        self._pred.pop(req.id, None)

@@ -41,4 +41,7 @@ class DecodeFirst(BatchPolicy):
             self.admit_waiting(scheduled, self.params.token_budget)
             if scheduled:
                 return scheduled
-        return self.schedule_running(1 << 62)[0]
+        return self.schedule_running(self.decode_budget())[0]
+
+    def decode_budget(self) -> int:
+        return 1 << 62  # decode steps are not limited by the (prompt) token budget

@@ -15,6 +15,7 @@ with weight 1 while both are backlogged: this is a weighted share.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Hashable
 from typing import Any, ClassVar
 
@@ -38,12 +39,24 @@ class FairParams(TokenParams):
 
 
 class FairSharePolicy(BatchPolicy):
-    """Admit from the backlogged group with the least weighted service so far."""
+    """Admit from the backlogged group with the least weighted service so far.
+
+    Every step charges each group ``w_output`` (over its weight) per token its
+    requests emit, when the step is planned. In a run of unchanged steps (see
+    :mod:`orcasim.policies.runs`) the charges of the steps after the first
+    are applied at the run's end, step by step in effect
+    (:func:`add_repeated`); a group's counter is read during a run only when
+    an arrival finds its group idle (:meth:`_lift`), and that lift is replayed
+    at the run's end between the charges of the steps that started before it
+    and those that started after, on the groups that were backlogged when it
+    came. The counters are thus the step-by-step ones whenever a decision
+    reads them.
+    """
 
     Params: ClassVar[type[ComponentParams]] = FairParams
     #: the request attribute that names its group (``tenant`` or ``cls``)
     group_attr: ClassVar[str] = "tenant"
-    runs_unchanged = False  # every step charges the groups (see :meth:`charge`)
+    runs_unchanged = True
 
     def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
@@ -54,6 +67,14 @@ class FairSharePolicy(BatchPolicy):
         self._queue = GroupedQueue(lambda r: getattr(r, attr), self._least_served, self._lift)
         if ctx is not None:
             ctx.waiting = self._queue
+        #: running requests per group
+        self._running_groups: dict[Hashable, int] = {}
+        #: the latest plan and its emitting requests per group
+        self._emitting: tuple[StepPlan | None, dict[Hashable, int]] = (None, {})
+        #: the run in flight: each later step's emitting requests per group (None: no run)
+        self._run_counts: dict[Hashable, int] | None = None
+        #: lifts during the run in flight: (time, group, the groups then backlogged)
+        self._lifts: list[tuple[float, Hashable, list[Hashable]]] = []
 
     def weight(self, group: Any) -> float:
         return self._weights.get(group, 1.0)
@@ -63,8 +84,15 @@ class FairSharePolicy(BatchPolicy):
         return min(groups, key=lambda g: counters.get(g, 0.0))
 
     def _lift(self, group: Hashable) -> None:
-        counters = self.counters
         backlogged = self._queue.backlogged()
+        if self._run_counts is not None:  # a run is in flight: replayed at its end
+            self._lifts.append((self.ctx.env.now, group, backlogged))
+        else:
+            self._lift_to(group, backlogged)
+
+    def _lift_to(self, group: Hashable, backlogged: list[Hashable]) -> None:
+        """Lift ``group``'s counter to the least counter of ``backlogged`` (or the last served)."""
+        counters = self.counters
         floor = min(counters.get(g, 0.0) for g in backlogged) if backlogged else self._last_served
         counters[group] = max(counters.get(group, 0.0), floor)
 
@@ -73,19 +101,87 @@ class FairSharePolicy(BatchPolicy):
         cost = self.params.w_input * (req.num_tokens - req.num_computed_tokens)  # type: ignore[attr-defined]
         self.counters[g] = c = self.counters.get(g, 0.0) + cost / self.weight(g)
         self._last_served = c
+        self._running_groups[g] = self._running_groups.get(g, 0) + 1
 
-    def next_step(self) -> Any:
-        plan = yield from super().next_step()
-        if plan is not None:
-            self.charge(plan)
+    def release(self, req: Request) -> None:
+        super().release(req)
+        g = getattr(req, self.group_attr)
+        self._running_groups[g] -= 1
+
+    def planned(self, plan: StepPlan) -> StepPlan:
+        self.charge(plan)
         return plan
 
     def charge(self, plan: StepPlan) -> None:
         """Charge each group ``w_output`` for every token its requests emit in ``plan``."""
+        if (self.mem is None and plan.num_seqs == len(self.running)
+                and self.steps_left(plan)):  # every running request emits
+            counts = {g: m for g, m in self._running_groups.items() if m}
+        else:
+            counts = {}
+            attr = self.group_attr
+            for req, n in plan.scheduled or ():
+                if req.num_computed_tokens + n >= req.num_tokens:
+                    g = getattr(req, attr)
+                    counts[g] = counts.get(g, 0) + 1
+        self._emitting = (plan, counts)
+        self._charge(counts, 1)
+
+    def _charge(self, counts: dict[Hashable, int], steps: int) -> None:
+        """``steps`` steps in which ``counts[g]`` requests of each group ``g`` emit a token."""
         w_out = self.params.w_output  # type: ignore[attr-defined]
         counters = self.counters
-        attr = self.group_attr
-        for req, n in plan.scheduled or ():
-            if req.num_computed_tokens + n >= req.num_tokens:
-                g = getattr(req, attr)
-                counters[g] = counters.get(g, 0.0) + w_out / self.weight(g)
+        weights = self._weights
+        for g, m in counts.items():
+            counters[g] = add_repeated(counters.get(g, 0.0), w_out / weights.get(g, 1.0),  # type: ignore[arg-type]
+                                       m * steps)
+
+    def decode_run(self, plan: StepPlan | None = None) -> tuple[int, int, int, bool] | None:
+        noted, counts = self._emitting
+        if noted is not plan:  # not planned by the step rule (never charged): step by step
+            return None
+        run = super().decode_run(plan)
+        if run is not None:
+            self._run_counts = counts
+        return run
+
+    def complete_run(self, plan: StepPlan, ends: list[float]) -> None:
+        self._settle(ends[:-1])
+        super().complete_run(plan, ends)
+
+    def schedule(self) -> list[tuple[Request, int]]:
+        if self._run_counts is not None:  # the engine ran the offered run's first step alone
+            self._settle([])
+        return super().schedule()
+
+    def _settle(self, starts: list[float]) -> None:
+        """Charge the run's steps that start at ``starts`` (after its first), with its lifts."""
+        counts, self._run_counts = self._run_counts, None
+        lifts, self._lifts = self._lifts, []
+        assert counts is not None
+        done = 0  # steps charged: a lift at time t comes after the steps that start before t
+        for t, group, backlogged in lifts:
+            n = bisect.bisect_left(starts, t, done)
+            if n > done:
+                self._charge(counts, n - done)
+                done = n
+            self._lift_to(group, backlogged)
+        if len(starts) > done:
+            self._charge(counts, len(starts) - done)
+
+
+def add_repeated(x: float, c: float, n: int) -> float:
+    """``x + c + c + ...`` (``n`` times, left to right) in floating point, exactly.
+
+    In one multiplication when every partial sum is exact (``x`` and ``c``
+    multiples of 2**-24 and the total below 2**28: integer token costs with
+    weights that are powers of two), else one addition at a time.
+    """
+    if n <= 0:
+        return x
+    if ((x * 16777216.0).is_integer() and (c * 16777216.0).is_integer()
+            and x + n * c < 268435456.0):
+        return x + n * c
+    for _ in range(n):
+        x += c
+    return x

@@ -21,7 +21,8 @@ from typing import Any
 from pydantic import Field
 
 from orcasim.context import SchedulerContext
-from orcasim.policies.common import ClassLevels, KeyedPolicy, TokenParams
+from orcasim.policies.common import KeyedPolicy, TokenParams
+from orcasim.policies.keys import ClassLevels
 from orcasim.registry import policies
 from orcasim.request import Request
 
@@ -43,6 +44,19 @@ class Priority(KeyedPolicy):
         self.level = ClassLevels(params.classes)
         self.aging_s = params.aging_s
         super().__init__(params, ctx)
+
+    def arrival_may_preempt(self) -> bool:
+        """Only a key below the largest running one preempts. With a ``classes`` mapping no
+        level is below its least, so a request arriving from now on has a key of at least
+        ``(least level, now)`` (``now + least level x aging_s`` with aging)."""
+        classes = self.level.classes
+        if not classes or not self.running:
+            return True
+        worst = self.rank(self.memory_victim())
+        least = min(classes.values())
+        if self.aging_s is None:
+            return least < worst[0]
+        return self.ctx.env.now + least * self.aging_s < worst[0]
 
     def key(self, req: Request) -> Any:
         if self.aging_s is None:

@@ -67,16 +67,19 @@ class DecodeRuns:
 
 
 class TokenRuns:
-    """Runs of a token-level policy's all-decode steps (mixed into ``TokenPolicy``)."""
+    """Runs of a token-level policy's steps after which every running request decodes
+    (mixed into ``TokenPolicy``)."""
 
     running: list[Request]
     ctx: Any
+    params: Any
     _runs: bool
 
     #: whether :meth:`decode_run` may offer runs (a policy opts in, and the engine's tests
     #: compare it with step-by-step simulation): its plan of a step depends only on the
-    #: running requests (which all decode), the waiting queue and arrivals, its victim for
-    #: a waiting request cannot appear without an arrival, and a step has no effect beyond
+    #: running requests, the waiting queue and arrivals; a step in which every running
+    #: request decodes gives each of them one token (within the budget); its victim for a
+    #: waiting request cannot appear without an arrival; and a step has no effect beyond
     #: :meth:`complete_step`
     runs_unchanged: ClassVar[bool] = False
     #: whether a waiting request may take the place of a running one (then every arrival
@@ -88,49 +91,125 @@ class TokenRuns:
         slots = self.ctx.slots
         return slots.count < slots.capacity
 
-    def decode_run(self, plan: StepPlan | None = None) -> tuple[int, int, int, bool] | None:
-        """After ``plan``, how many steps the batch can decode unchanged (the engine's fast path).
+    def decode_budget(self) -> int:
+        """Tokens the step rule schedules in a step at most (a preemptive policy's plan that
+        spent them all did not look at the queue's head)."""
+        budget: int = getattr(self.params, "token_budget", 1 << 62)
+        return budget
 
-        Only when ``plan`` runs every running request for one decode token,
-        without memory limits: then each following step does the same until
-        a request finishes, as long as nobody is admitted (the batch has no
-        room, or nobody waits) and no arrival may preempt. Returns
-        ``(size, kv, max_steps, room)`` as
-        :meth:`DecodeOnlyPolicy.decode_run`; ``room``: every arrival ends the run.
+    def decode_run(self, plan: StepPlan | None = None) -> tuple[int, int, int, bool] | None:
+        """After ``plan``, how many steps the batch can run unchanged (the engine's fast path).
+
+        Only when ``plan`` schedules every running request for all the tokens
+        it is missing (a decode token, or the rest of its prompt, which then
+        emits its first token), without memory limits: each following step
+        then decodes one token for every one of them until a request
+        finishes, as long as nobody is admitted (the batch has no room, or
+        nobody waits) and no arrival may preempt. Returns ``(size, kv,
+        max_steps, room)`` as :meth:`DecodeOnlyPolicy.decode_run`; ``room``:
+        every arrival ends the run.
         """
         if (not self._runs or plan is None or self.event_driven
                 or getattr(self, "mem", None) is not None):
             return None
-        running = self.running
-        size = len(running)
-        if plan.num_seqs != size or plan.num_decode_tokens != size or plan.num_prefill_tokens:
+        size = len(self.running)
+        if plan.num_seqs != size:  # (then each later step's decodes fit the budget too)
             return None
         room = self.has_room()
-        if room and self.ctx.waiting:
-            return None  # someone waits and could join: the policy holds it back for a reason
-        left = min(r.output_len - r.num_output_tokens for r in running)
-        return size, plan.num_kv_tokens + size, left, room or self.preemptive
+        waiting = self.ctx.waiting
+        if waiting and (room or (self.preemptive and plan.num_tokens >= self.decode_budget())):
+            return None  # someone could join (or preempt: the plan spent the budget before
+            # looking at the queue), or waits for a reason of the policy's
+        left = self.steps_left(plan)
+        if not left:
+            return None  # a prompt chunk: it needs more than one token next step
+        return (size, plan.num_kv_tokens + plan.num_tokens, left,
+                room or (self.preemptive and self.arrival_may_preempt()))
+
+    def arrival_may_preempt(self) -> bool:
+        """Whether a request arriving from now on could preempt a running one (a preemptive
+        policy; default: yes, so every arrival ends a run)."""
+        return True
+
+    def steps_left(self, plan: StepPlan) -> int:
+        """Steps until the first of ``plan``'s requests finishes, counting ``plan`` (0: some
+        scheduled request does not complete its known tokens in ``plan``)."""
+        left = 1 << 62
+        for req, n in plan.scheduled or ():
+            out = req.num_output_tokens
+            if req.num_computed_tokens + n < (req.prompt_len or 1) + out:
+                return 0
+            if req.output_len - out < left:
+                left = req.output_len - out
+        return left
 
     def complete_run(self, plan: StepPlan, ends: list[float]) -> None:
-        """``plan``, then the same decode step ``len(ends) - 1`` more times, ending at ``ends``.
+        """``plan``, then ``len(ends) - 1`` decode steps of the same batch, ending at ``ends``.
 
-        Only within what :meth:`decode_run` allowed: the first step as
-        :meth:`complete_step` does it, the ones between in bulk (one token for
-        every request each, none finishes), the last one as
-        :meth:`complete_step` again, so its finishers end as they would.
+        Only within what :meth:`decode_run` allowed (every scheduled request
+        emits a token each step; nobody finishes before the last step). One
+        pass with the effects of :meth:`complete_step` once per step: the
+        first step's first tokens and inter-token gaps, one token per step for
+        every request, and the last step's finishers, which leave in the
+        order that step schedules them (:meth:`last_step_order`). Every
+        request left runs decodes only: :meth:`decoding` notes their KV
+        tokens and the steps until the first of them finishes.
         """
         ctx = self.ctx
-        self.complete_step(plan, ctx.last_step_end, ends[0])
         k = len(ends)
-        if k == 1:
-            return
-        scheduled = plan.scheduled or []
-        if k > 2:
-            more, t = k - 2, ends[-2]
-            for req, _ in scheduled:
-                req.num_computed_tokens += more
-                req.num_output_tokens += more
-                req.last_token = t
-        ctx.last_step_end = ends[-2]
-        last = self.make_plan([(req, 1) for req, _ in scheduled])
-        self.complete_step(last, ends[-2], ends[-1])
+        prev_end = ctx.last_step_end
+        t1, t_end = ends[0], ends[-1]
+        before_last = ends[-2] if k > 1 else prev_end
+        record_itl = ctx.recorder.record_itl
+        bulk = kv = 0
+        left = 1 << 62
+        more = k - 1  # tokens each computes after the first step
+        finished: list[Request] = []
+        for req, n in plan.scheduled or ():
+            out = req.num_output_tokens
+            if out == 0:
+                req.first_token = t1
+            elif req.last_token == prev_end:
+                bulk += 1
+            else:
+                record_itl(t1 - req.last_token)  # type: ignore[operator]
+            out += k
+            rest = req.output_len - out
+            if rest > 0:
+                req.num_computed_tokens = c = req.num_computed_tokens + n + more
+                req.num_output_tokens = out
+                req.last_token = t_end
+                kv += c
+                if rest < left:
+                    left = rest
+            else:  # it finishes in the last step: leave it as that step finds it
+                req.num_computed_tokens += n + more - 1
+                req.num_output_tokens = out - 1
+                req.last_token = before_last
+                finished.append(req)
+        plan.num_itl_tokens = bulk
+        running = self.running
+        if finished:
+            if k > 1 and len(finished) > 1:
+                finished = self.last_step_order(finished)
+            for req in finished:
+                req.num_computed_tokens += 1
+                req.num_output_tokens += 1
+                req.last_token = t_end
+                running.remove(req)
+            for req in finished:
+                self.release(req)  # type: ignore[attr-defined]
+                ctx.finish(req, t_end)
+        self.decoding = (running, len(running), kv, left)
+
+    #: after a run, while nothing else changed the batch: ``(self.running, its length, KV
+    #: tokens, steps until the first finishes)``, every running request decoding
+    decoding: tuple[list[Request], int, int, int] | None = None
+
+    def last_step_order(self, reqs: list[Request]) -> list[Request]:
+        """Running ``reqs``, as a decode step finds them, in the order it schedules them.
+
+        The default: the order of ``self.running``.
+        """
+        pos = {id(r): i for i, r in enumerate(self.running)}
+        return sorted(reqs, key=lambda r: pos[id(r)])

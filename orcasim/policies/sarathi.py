@@ -27,10 +27,10 @@ class Sarathi(BatchPolicy):
     class Params(TokenParams):
         token_budget: int = Field(512, gt=0, description="tokens computed per step at most")
 
-    def order_running(self) -> Iterable[Request]:
+    def order(self, reqs: list[Request]) -> Iterable[Request]:
         decodes: list[Request] = []
         prefills: list[Request] = []
-        for req in self.running:
+        for req in reqs:
             if req.num_output_tokens > 0 and req.num_computed_tokens == req.num_tokens - 1:
                 decodes.append(req)
             else:

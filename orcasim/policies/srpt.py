@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from orcasim.context import SchedulerContext
+from orcasim.policies.keys import KeyCache
 from orcasim.policies.sjf import SJF, LengthParams
 from orcasim.registry import policies
 from orcasim.request import Request
@@ -27,6 +28,19 @@ class SRPT(SJF):
     def __init__(self, params: LengthParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
         self.preemptive = True
+        self._preds = preds = KeyCache(self.predict)
+
+        def rank(req: Request) -> Any:  # key(), with the prediction looked up
+            left = preds[req] - req.num_output_tokens
+            return (left if left > 0.0 else 0.0, req.arrival)
+
+        self.rank = rank
+
+    static_keys = False  # the remaining length shrinks as it decodes
 
     def key(self, req: Request) -> Any:
         return (max(self.predict(req) - req.num_output_tokens, 0.0), req.arrival)
+
+    def release(self, req: Request) -> None:
+        super().release(req)
+        self._preds.pop(req, None)
