@@ -182,12 +182,16 @@ def test_disconnects_cancel_in_the_simulation_and_free_memory():
                     await session.post(url + "/v1/completions", json={
                         "prompt": "z", "max_tokens": 500, "ignore_eos": True},
                         timeout=aiohttp.ClientTimeout(total=0.1))
-                for _ in range(100):
+                # a scrape reads the gauges while the simulation runs, so the abort counter
+                # can lead the slot and block release by a moment: wait for all of them
+                for _ in range(200):
                     m = await metrics_of(session, url)
                     if m.get("orcasim:requests_total{reason=client_disconnected,state=aborted}") \
-                            == 2:
+                            == 2 and m["vllm:num_requests_running"] == 0 \
+                            and m["vllm:kv_cache_usage_perc"] == 0:
                         break
                     await asyncio.sleep(0.02)
+                assert m["orcasim:requests_total{reason=client_disconnected,state=aborted}"] == 2
                 assert m["vllm:num_requests_running"] == 0
                 assert m["vllm:kv_cache_usage_perc"] == 0
                 assert m["vllm:num_requests_waiting"] == 0
