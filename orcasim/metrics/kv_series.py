@@ -11,13 +11,16 @@ so time-weighted means stay exact per bin and the run's totals exact.
 
 from __future__ import annotations
 
-from itertools import repeat
+from array import array
 
 import numpy as np
 
 from orcasim.metrics.series import BinnedSeries
 
 VALUES = ("tokens", "allocated", "internal", "padding", "free", "stranded", "swapped")
+#: what the series keeps per run of steps: its start, its length, the tokens of its first step
+#: and their growth per step, and the padding, swapped and stranded (0 or 1) state of the run
+_RUN_FIELDS = ("start", "len", "tokens", "size", "padding", "swapped", "blocked")
 _BUFFER = 4096
 
 
@@ -28,15 +31,26 @@ class KVSeries(BinnedSeries):
         super().__init__(VALUES, capacity)
         #: slots of the whole pool (free = total - allocated)
         self.total = total
-        #: raw rows ``(t_start, t_end, tokens, allocated, internal, padding, swapped, blocked)``
-        self.buf: list[tuple[float, ...]] = []
+        # raw steps not yet binned: per step its end, allocated and internal slots; per run
+        # of steps (a single step is a run of one) a row of _RUN_FIELDS values. float64
+        # columns: numpy reads them at once
+        self._t1 = array("d")
+        self._alloc = array("d")
+        self._int = array("d")
+        self._runs = array("d")
+
+    def __len__(self) -> int:
+        """Raw steps not yet binned."""
+        return len(self._t1)
 
     def add(self, t_start: float, t_end: float, tokens: int, allocated: int, internal: int,
             padding: int, swapped: int, blocked: bool) -> None:
         """One step's memory state (``blocked``: free memory was stranded this step)."""
-        buf = self.buf
-        buf.append((t_start, t_end, tokens, allocated, internal, padding, swapped, blocked))
-        if len(buf) >= _BUFFER:
+        self._t1.append(t_end)
+        self._alloc.append(allocated)
+        self._int.append(internal)
+        self._runs.extend((t_start, 1, tokens, 0, padding, swapped, blocked))
+        if len(self._t1) >= _BUFFER:
             self.flush(whole=True)
 
     def add_run(self, t_start: float, ends: list[float], tokens: int, size: int,
@@ -44,13 +58,11 @@ class KVSeries(BinnedSeries):
                 blocked: bool) -> None:
         """Steps back to back from ``t_start``, ending at ``ends``: :meth:`add` once per step,
         with ``tokens`` growing by ``size`` per step and ``allocated``/``internal`` per step."""
-        buf = self.buf
-        k = len(ends)
-        starts = [t_start, *ends[:-1]]
-        buf.extend(zip(starts, ends, range(tokens, tokens + size * k, size) if size else
-                       repeat(tokens, k), allocated, internal, repeat(padding, k),
-                       repeat(swapped, k), repeat(blocked, k), strict=True))
-        if len(buf) >= _BUFFER:
+        self._t1.extend(ends)
+        self._alloc.extend(allocated)
+        self._int.extend(internal)
+        self._runs.extend((t_start, len(ends), tokens, size, padding, swapped, blocked))
+        if len(self._t1) >= _BUFFER:
             self.flush(whole=True)
 
     def flush(self, whole: bool = False) -> None:
@@ -60,16 +72,39 @@ class KVSeries(BinnedSeries):
         raw: the bins then sum the same rows in the same order however the
         steps were added (one by one or in runs).
         """
-        buf = self.buf
-        n = len(buf) - len(buf) % _BUFFER if whole else len(buf)
+        m = len(self._t1)
+        n = m - m % _BUFFER if whole else m
         if not n:
             return
-        a = np.array(buf[:n], dtype=np.float64)
-        self.buf = buf[n:]
-        free = self.total - a[:, 3]
-        stranded = np.where(a[:, 7] > 0, free, 0.0)
-        cols = [a[:, 2], a[:, 3], a[:, 4], a[:, 5], free, stranded, a[:, 6]]
-        self.add_columns(a[:, 0], a[:, 1], cols)
+        t1 = np.array(self._t1, dtype=np.float64)  # copies
+        alloc = np.array(self._alloc, dtype=np.float64)
+        internal = np.array(self._int, dtype=np.float64)
+        runs = np.array(self._runs, dtype=np.float64).reshape(-1, len(_RUN_FIELDS))
+        k = runs[:, 1].astype(np.int64)
+        first = np.cumsum(k) - k  # each run's first step
+        t0 = np.empty_like(t1)  # a step starts where the one before it in its run ended
+        t0[1:] = t1[:-1]
+        t0[first] = runs[:, 0]
+        # steps since the run's first, for the tokens (exact: integers in float64)
+        since = np.arange(m, dtype=np.float64) - np.repeat(first.astype(np.float64), k)
+        tok = np.repeat(runs[:, 2], k) + np.repeat(runs[:, 3], k) * since
+        pad, swap, blk = (np.repeat(runs[:, c], k) for c in (4, 5, 6))
+        # keep the steps from n on raw (the run they are in is split there)
+        r = int(np.searchsorted(first, n, side="right")) - 1 if n < m else len(k)
+        for col in (self._t1, self._alloc, self._int, self._runs):
+            del col[:]
+        if n < m:
+            self._t1.extend(t1[n:].tolist())
+            self._alloc.extend(alloc[n:].tolist())
+            self._int.extend(internal[n:].tolist())
+            done = n - int(first[r])  # steps of run r before the cut
+            self._runs.extend((float(t0[n]), int(k[r]) - done, float(tok[n]), float(runs[r, 3]),
+                               *runs[r, 4:].tolist()))
+            self._runs.extend(runs[r + 1:].ravel().tolist())
+        free = self.total - alloc[:n]
+        stranded = np.where(blk[:n] > 0, free, 0.0)
+        self.add_columns(t0[:n], t1[:n], [tok[:n], alloc[:n], internal[:n], pad[:n], free,
+                                          stranded, swap[:n]])
 
     def totals(self) -> dict[str, float]:
         """Sums over the run: ``busy`` seconds and each ``<value>_dt`` integral."""

@@ -234,11 +234,11 @@ class DecodeOnlyPolicy(Policy, DecodeRuns):
         """Every member emits a token: first tokens, ITL (a resumed request's own gap), ends."""
         self._complete(plan, t_end, t_end)
 
-    def _complete(self, plan: StepPlan, t_first: float, t_end: float) -> None:
-        """The effects of ``plan``'s step (ending at ``t_first``) and of the batch's last step
-        (ending at ``t_end``, which may be a later one)."""
+    def _complete(self, plan: StepPlan, t_first: float, t_end: float, k: int = 1) -> None:
+        """The effects of ``plan``'s step (ending at ``t_first``) and of the batch's ``k - 1``
+        steps after it, in which nobody finishes before the last (ending at ``t_end``)."""
         joined = self._joined
-        finished = self.batch.advance()
+        finished = self.batch.advance(k)
         if joined:
             for req in joined:
                 if req.first_token is None:
