@@ -18,9 +18,6 @@ import numpy as np
 from orcasim.metrics.series import BinnedSeries
 
 VALUES = ("tokens", "allocated", "internal", "padding", "free", "stranded", "swapped")
-#: what the series keeps per run of steps: its start, its length, the tokens of its first step
-#: and their growth per step, and the padding, swapped and stranded (0 or 1) state of the run
-_RUN_FIELDS = ("start", "len", "tokens", "size", "padding", "swapped", "blocked")
 _BUFFER = 4096
 
 
@@ -32,12 +29,16 @@ class KVSeries(BinnedSeries):
         #: slots of the whole pool (free = total - allocated)
         self.total = total
         # raw steps not yet binned: per step its end, allocated and internal slots; per run
-        # of steps (a single step is a run of one) a row of _RUN_FIELDS values. float64
-        # columns: numpy reads them at once
+        # of steps (a single step is a run of one) its start, its length, the tokens of its
+        # first step and their growth per step, and its padding, swapped and stranded state
         self._t1 = array("d")
-        self._alloc = array("d")
-        self._int = array("d")
-        self._runs = array("d")
+        self._alloc = array("q")
+        self._int = array("q")
+        self._r_start = array("d")
+        self._r_ints = tuple(array("q") for _ in range(6))  # len, tokens, size, padding,
+        # swapped, blocked (0 or 1)
+        (self._r_len, self._r_tok, self._r_size, self._r_pad, self._r_swap,
+         self._r_blk) = self._r_ints
 
     def __len__(self) -> int:
         """Raw steps not yet binned."""
@@ -49,9 +50,7 @@ class KVSeries(BinnedSeries):
         self._t1.append(t_end)
         self._alloc.append(allocated)
         self._int.append(internal)
-        self._runs.extend((t_start, 1, tokens, 0, padding, swapped, blocked))
-        if len(self._t1) >= _BUFFER:
-            self.flush(whole=True)
+        self._run(t_start, 1, tokens, 0, padding, swapped, blocked)
 
     def add_run(self, t_start: float, ends: list[float], tokens: int, size: int,
                 allocated: list[int], internal: list[int], padding: int, swapped: int,
@@ -61,7 +60,17 @@ class KVSeries(BinnedSeries):
         self._t1.extend(ends)
         self._alloc.extend(allocated)
         self._int.extend(internal)
-        self._runs.extend((t_start, len(ends), tokens, size, padding, swapped, blocked))
+        self._run(t_start, len(ends), tokens, size, padding, swapped, blocked)
+
+    def _run(self, t_start: float, k: int, tokens: int, size: int, padding: int, swapped: int,
+             blocked: bool) -> None:
+        self._r_start.append(t_start)
+        self._r_len.append(k)
+        self._r_tok.append(tokens)
+        self._r_size.append(size)
+        self._r_pad.append(padding)
+        self._r_swap.append(swapped)
+        self._r_blk.append(blocked)
         if len(self._t1) >= _BUFFER:
             self.flush(whole=True)
 
@@ -79,28 +88,30 @@ class KVSeries(BinnedSeries):
         t1 = np.array(self._t1, dtype=np.float64)  # copies
         alloc = np.array(self._alloc, dtype=np.float64)
         internal = np.array(self._int, dtype=np.float64)
-        runs = np.array(self._runs, dtype=np.float64).reshape(-1, len(_RUN_FIELDS))
-        k = runs[:, 1].astype(np.int64)
+        k = np.array(self._r_len, dtype=np.int64)
         first = np.cumsum(k) - k  # each run's first step
         t0 = np.empty_like(t1)  # a step starts where the one before it in its run ended
         t0[1:] = t1[:-1]
-        t0[first] = runs[:, 0]
-        # steps since the run's first, for the tokens (exact: integers in float64)
-        since = np.arange(m, dtype=np.float64) - np.repeat(first.astype(np.float64), k)
-        tok = np.repeat(runs[:, 2], k) + np.repeat(runs[:, 3], k) * since
-        pad, swap, blk = (np.repeat(runs[:, c], k) for c in (4, 5, 6))
-        # keep the steps from n on raw (the run they are in is split there)
-        r = int(np.searchsorted(first, n, side="right")) - 1 if n < m else len(k)
-        for col in (self._t1, self._alloc, self._int, self._runs):
-            del col[:]
+        t0[first] = self._r_start
+        tok0, size, pad, swap, blk = (np.repeat(np.array(c, dtype=np.float64), k)
+                                      for c in self._r_ints[1:])
+        since = np.arange(m) - np.repeat(first, k)  # steps since the run's first
+        tok = tok0 + size * since  # exact: integers in float64
+        if n < m:  # the steps from n on stay raw; the run they start in is cut there
+            r = int(np.searchsorted(first, n, side="right")) - 1
+            cut = n - int(first[r])  # steps of run r before n
+            rest = [c[r:].tolist() for c in (self._r_start, *self._r_ints)]
+            rest[0][0] = float(t0[n])
+            rest[1][0] -= cut
+            rest[2][0] = int(tok[n])
+            tails = (t1[n:].tolist(), self._alloc[n:], self._int[n:])
+        for c in (self._t1, self._alloc, self._int, self._r_start, *self._r_ints):
+            del c[:]
         if n < m:
-            self._t1.extend(t1[n:].tolist())
-            self._alloc.extend(alloc[n:].tolist())
-            self._int.extend(internal[n:].tolist())
-            done = n - int(first[r])  # steps of run r before the cut
-            self._runs.extend((float(t0[n]), int(k[r]) - done, float(tok[n]), float(runs[r, 3]),
-                               *runs[r, 4:].tolist()))
-            self._runs.extend(runs[r + 1:].ravel().tolist())
+            for c, tail in zip((self._t1, self._alloc, self._int), tails, strict=True):
+                c.extend(tail)
+            for c, tail in zip((self._r_start, *self._r_ints), rest, strict=True):
+                c.extend(tail)
         free = self.total - alloc[:n]
         stranded = np.where(blk[:n] > 0, free, 0.0)
         self.add_columns(t0[:n], t1[:n], [tok[:n], alloc[:n], internal[:n], pad[:n], free,

@@ -19,9 +19,6 @@ from orcasim.metrics.series import StepSeries
 from orcasim.request import FINAL_STATES, Request, RequestState
 
 _NAN = float("nan")
-#: what the recorder keeps per run of steps with one batch (a single step is a run of one):
-#: its start, length and batch size, and the tokens and ITL count of its first and later steps
-_RUN_FIELDS = ("start", "len", "seqs", "tokens", "tokens_rest", "count", "count_rest")
 #: steps per block when the gaps are computed in place from the step ends
 GAP_BLOCK = 1 << 20
 
@@ -60,10 +57,17 @@ class Recorder:
         self._itl_count: list[np.ndarray] = []
         self._extra_itl: list[tuple[float, int, int]] = []
         # steps not yet flushed: per step its end and queue length; per run of steps with one
-        # batch (a single step is a run of one) one row of _RUN_FIELDS values in _runs
+        # batch (a single step is a run of one) its start, length, batch size, and tokens and
+        # ITL count of its first and later steps
         self._t1 = array("d")
         self._waiting = array("q")
-        self._runs = array("d")
+        self._r_start = array("d")
+        self._r_len = array("q")
+        self._r_seqs = array("q")
+        self._r_tokens = array("q")
+        self._r_tokens_rest = array("q")
+        self._r_count = array("q")
+        self._r_count_rest = array("q")
         self._buf_cap = max(16, series_capacity)
         self.series = StepSeries(series_capacity)
         # steps flushed but not yet in the series: it takes them in blocks of _buf_cap steps,
@@ -118,7 +122,13 @@ class Recorder:
         inter-token gap (its end minus the previous step's end)."""
         self._t1.append(t_end)
         self._waiting.append(num_waiting)
-        self._runs.extend((t_start, 1, num_seqs, num_tokens, num_tokens, itl_count, itl_count))
+        self._r_start.append(t_start)
+        self._r_len.append(1)
+        self._r_seqs.append(num_seqs)
+        self._r_tokens.append(num_tokens)
+        self._r_tokens_rest.append(num_tokens)
+        self._r_count.append(itl_count)
+        self._r_count_rest.append(itl_count)
         if len(self._t1) >= self._buf_cap:
             self._flush()
 
@@ -139,7 +149,13 @@ class Recorder:
         """
         self._t1.extend(ends)
         self._waiting.extend(num_waiting)
-        self._runs.extend((t_start, len(ends), num_seqs, *num_tokens, *itl_count))
+        self._r_start.append(t_start)
+        self._r_len.append(len(ends))
+        self._r_seqs.append(num_seqs)
+        self._r_tokens.append(num_tokens[0])
+        self._r_tokens_rest.append(num_tokens[1])
+        self._r_count.append(itl_count[0])
+        self._r_count_rest.append(itl_count[1])
         if len(self._t1) >= self._buf_cap:
             self._flush()
 
@@ -148,18 +164,18 @@ class Recorder:
             return
         t1 = np.array(self._t1, dtype=np.float64)
         waiting = np.array(self._waiting, dtype=np.float64)
-        runs = np.array(self._runs, dtype=np.float64).reshape(-1, len(_RUN_FIELDS))  # a copy
-        k = runs[:, 1].astype(np.int64)
+        k = np.array(self._r_len, dtype=np.int64)
         first = np.cumsum(k) - k  # each run's first step
         t0 = np.empty_like(t1)  # a step starts where the one before it in its run ended
         t0[1:] = t1[:-1]
-        t0[first] = runs[:, 0]
-        seqs = np.repeat(runs[:, 2].astype(np.int64), k)
-        tokens = np.repeat(runs[:, 4], k)
-        tokens[first] = runs[:, 3]
-        count = np.repeat(runs[:, 6].astype(np.int32), k)
-        count[first] = runs[:, 5]
-        for col in (self._t1, self._waiting, self._runs):
+        t0[first] = self._r_start
+        seqs = np.repeat(np.array(self._r_seqs, dtype=np.int64), k)
+        tokens = np.repeat(np.array(self._r_tokens_rest, dtype=np.float64), k)
+        tokens[first] = self._r_tokens
+        count = np.repeat(np.array(self._r_count_rest, dtype=np.int32), k)
+        count[first] = self._r_count
+        for col in (self._t1, self._waiting, self._r_start, self._r_len, self._r_seqs,
+                    self._r_tokens, self._r_tokens_rest, self._r_count, self._r_count_rest):
             del col[:]
         self._steps_flushed += len(t1)
         self._sum_batch += int(seqs.sum())

@@ -165,10 +165,12 @@ class DecodeOnlyPolicy(Policy, DecodeRuns):
     def join_fcfs(self, room: int) -> None:
         """:meth:`join` the first ``room`` waiting requests (or all, if fewer wait)."""
         waiting = self.ctx.waiting
-        join = self.join
-        while waiting and room > 0:
-            join(waiting.popleft())
-            room -= 1
+        n = min(room, len(waiting))
+        if n > 0:
+            join = self.join
+            popleft = waiting.popleft
+            for _ in range(n):
+                join(popleft())
 
     def join(self, req: Request) -> None:
         """Put ``req`` into the batch for the next step.
