@@ -50,7 +50,15 @@ class KVSeries(BinnedSeries):
         self._t1.append(t_end)
         self._alloc.append(allocated)
         self._int.append(internal)
-        self._run(t_start, 1, tokens, 0, padding, swapped, blocked)
+        self._r_start.append(t_start)  # as _run, for a run of one step
+        self._r_len.append(1)
+        self._r_tok.append(tokens)
+        self._r_size.append(0)
+        self._r_pad.append(padding)
+        self._r_swap.append(swapped)
+        self._r_blk.append(blocked)
+        if len(self._t1) >= _BUFFER:
+            self.flush(whole=True)
 
     def add_run(self, t_start: float, ends: list[float], tokens: int, size: int,
                 allocated: list[int], internal: list[int], padding: int, swapped: int,
