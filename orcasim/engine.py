@@ -29,6 +29,14 @@ idle policy (:meth:`~orcasim.source.OpenLoopSource.release_lazily`). The
 results are those of per-step simulation, bit for bit
 (``Engine.fast_paths = False`` turns both off).
 
+With the fast paths, the engine also skips the wait for a step or a run
+when SimPy's queue holds nothing before its end: SimPy's next event would be
+that end, so the engine moves the clock there itself and goes on (never in
+a real-time environment, whose clock follows the wall's). Anything
+scheduled earlier (an arrival the source waits for, a timer, another
+engine's step, a hard stop) makes it wait as usual, so every process sees
+the same clock and state as step by step.
+
 A hard stop (:meth:`Engine.stop`) interrupts the process, in a step or while
 the policy waits: the step in flight is lost, every running and waiting
 request is aborted, and the engine runs no more steps.
