@@ -126,10 +126,8 @@ class KVDecodePolicy(KVDecodeRuns, DecodeOnlyPolicy):
         batch = self.batch
         if not batch.size:
             return None
-        if self.prefill:
-            plan = self._batch_plan()
-        else:  # as _batch_plan
-            plan = StepPlan(batch.size, batch.num_kv_tokens)
+        # without prefill charging, _batch_plan's plan built here
+        plan = self._batch_plan() if self.prefill else StepPlan(batch.size, batch.num_kv_tokens)
         plan.swap_time = secs
         return plan
 
