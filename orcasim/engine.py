@@ -143,47 +143,38 @@ class Engine:
         t = t0 + dt
         busy += dt
         ends = [t]
-        more = max_steps - 1
-        if more <= 0:
-            return ends, busy
-        limit = self.ctx.source.next_arrival() if room else None  # type: ignore[union-attr]
-        if limit is not None and t >= limit:
-            return ends, busy
-        coef = self.latency.decode_coefficients(size)
-        if coef is not None and coef[0] > 0.0:  # a + c * kv, c >= 0: every step > 0
-            a, c = coef
-            append = ends.append
-            if limit is None:
-                for _ in range(more):
-                    d = a + c * kv
-                    t += d
-                    busy += d
-                    append(t)
-                    kv += size
-                return ends, busy
-            for _ in range(more):
-                d = a + c * kv
-                t += d
-                busy += d
-                append(t)
-                if t >= limit:
-                    break
-                kv += size
-        else:
-            step_time = self.latency.step_time
-            plan = StepPlan(size, kv)
-            for _ in range(more):
-                d = step_time(plan)
-                if not d > 0.0:
-                    raise SimulationError(
-                        f"latency model {self.latency.type_name!r} returned a step "
-                        f"time of {d!r} s; it must be > 0")
-                t += d
-                busy += d
-                ends.append(t)
-                if limit is not None and t >= limit:
-                    break
-                plan.num_kv_tokens += size
+        if max_steps > 1:
+            limit = self.ctx.source.next_arrival() if room else None  # type: ignore[union-attr]
+            if limit is None or t < limit:
+                if limit is None:
+                    limit = float("inf")
+                append = ends.append
+                coef = self.latency.decode_coefficients(size)
+                if coef is not None and coef[0] > 0.0:  # a + c * kv, c >= 0: every step > 0
+                    a, c = coef
+                    for _ in range(max_steps - 1):
+                        d = a + c * kv
+                        t += d
+                        busy += d
+                        append(t)
+                        if t >= limit:
+                            break
+                        kv += size
+                else:
+                    step_time = self.latency.step_time
+                    plan = StepPlan(size, kv)
+                    for _ in range(max_steps - 1):
+                        d = step_time(plan)
+                        if not d > 0.0:
+                            raise SimulationError(
+                                f"latency model {self.latency.type_name!r} returned a step "
+                                f"time of {d!r} s; it must be > 0")
+                        t += d
+                        busy += d
+                        append(t)
+                        if t >= limit:
+                            break
+                        plan.num_kv_tokens += size
         return ends, busy
 
     def _cut_run(self, t0: float) -> tuple[float, float]:
@@ -225,9 +216,6 @@ class Engine:
         t0 = -1.0  # start of the latest step; a step is in flight while t0 >= prev_end
         ready = policy.ready_plan
         runs = getattr(policy, "decode_run", None) if self.fast_paths and not trace else None
-        complete_run = getattr(policy, "complete_run", None)
-        record_run = rec.record_run
-        run_ends = self._run_ends
         queue = env._queue
         # with nothing else in SimPy's queue before the end of a step or run, waiting for it
         # is moving the clock there: the engine does that itself (not in real time, where the
@@ -293,7 +281,7 @@ class Engine:
                             and self.latency.decode_coefficients(run[0]) is None):
                         run = None  # the model may read the listed requests: step by step
                 if run is not None:  # the batch runs unchanged for len(ends) steps
-                    ends, run_busy = run_ends(t0, dt, busy, run)
+                    ends, run_busy = self._run_ends(t0, dt, busy, run)
                     waits = ctx.source.queued_by(num_waiting, ends)  # type: ignore[union-attr]
                     t1 = ends[-1]
                     ctx.busy_until = t1
@@ -304,12 +292,7 @@ class Engine:
                         self._run = (plan, dt, busy, run, ends, waits)
                         yield Until(env, t1)
                         self._run = None
-                    # as _record_run: the policy takes the run's effects, the recorder its steps
-                    complete_run(plan, ends)
-                    ctx.last_step_end = t1
-                    size = run[0]
-                    record_run(t0, ends, plan.num_seqs, (plan.num_tokens, size), waits,
-                               (plan.num_itl_tokens, size))
+                    self._record_run(plan, t0, ends, waits, run[0])
                     prev_end = t1
                     self.busy_time = busy = run_busy
                     continue

@@ -75,24 +75,14 @@ class PagedAllocator:
 
     def admit(self, req: Request, keep_free: int = 0) -> bool:
         """Allocate blocks for ``req``'s known tokens if ``keep_free`` blocks stay free after."""
-        rid = req.id
-        held = self.held
-        if rid in held:
+        if req.id in self.held:
             raise ValueError(f"request {req.label} already holds blocks")
-        p = req.prompt_len
-        if p <= 0:
-            p = 1
-        bs = self.block_size
-        n = -(-(p + req.num_output_tokens) // bs)  # need(req)
+        n = self.need(req)
         if n + keep_free > self.num_free_blocks:
             return False
         self.num_free_blocks -= n
-        held[rid] = n
-        slots = n * bs
-        fp = p + req.output_len - 1
-        if slots >= fp:  # _note_final: its final block already
-            self._internal[rid] = slots - fp
-            self.internal_slots += slots - fp
+        self.held[req.id] = n
+        self._note_final(req, n)
         return True
 
     def allocate_tokens(self, req: Request, num_tokens: int, keep_free: int = 0) -> bool:

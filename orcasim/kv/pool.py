@@ -209,12 +209,9 @@ class KVPool:
 
     def admit(self, req: Request, keep_free: int = 0) -> bool:
         """Give ``req`` memory for its known tokens (or its reservation); False if none fits."""
-        alloc = self.alloc
-        if self._getters or not alloc.admit(req, keep_free):
+        if self._getters or not self.alloc.admit(req, keep_free):
             return False
-        a = alloc.allocated_slots
-        if a > self.peak_allocated:
-            self.peak_allocated = a
+        self._note_peak()
         return True
 
     def release(self, req: Request) -> int:

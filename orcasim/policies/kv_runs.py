@@ -65,7 +65,7 @@ class KVDecodeRuns(DecodeRuns):
         if kv is None:
             return DecodeRuns.decode_run(self, plan)
         batch = self.batch
-        limit = batch._heap[0][0] - batch.num_steps  # batch.first_finish()
+        limit = batch.first_finish()
         if limit < self.min_run_steps:
             return None
         growth = self.growth
@@ -73,11 +73,10 @@ class KVDecodeRuns(DecodeRuns):
             limit = growth.covered(batch.num_steps, limit - 1) + 1
             if limit < self.min_run_steps:
                 return None
-        if not self._runs or self._listens or self._deferred or kv._getters:  # kv.has_getters
+        if not self._runs or self._listens or self._deferred or kv.has_getters:
             return None
         ctx = self.ctx
-        slots = ctx.slots
-        free_slots = slots.count < slots.capacity
+        free_slots = ctx.slots.free > 0
         if self._blocked:  # a swap-in or the queue's head was refused memory at this boundary
             if not free_slots:
                 return None
@@ -88,7 +87,7 @@ class KVDecodeRuns(DecodeRuns):
             if free_slots and (self._swapped or (ctx.waiting and self.admits_every_step)):
                 return None  # not tried at this boundary (a deferred decision): step by step
             room = self.has_room()
-        self._run_t0 = ctx.env._now
+        self._run_t0 = ctx.now
         size = batch.size
         return size, batch.num_kv_tokens + size, limit, room
 

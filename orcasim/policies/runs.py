@@ -53,9 +53,7 @@ class DecodeRuns:
             return None
         batch = self.batch
         size = batch.size
-        # batch.first_finish(), read directly: once per run
-        return size, batch.num_kv_tokens + size, batch._heap[0][0] - batch.num_steps, \
-            self.has_room()
+        return size, batch.num_kv_tokens + size, batch.first_finish(), self.has_room()
 
     def complete_run(self, plan: StepPlan, ends: list[float]) -> None:
         """``plan`` then ``len(ends) - 1`` more steps of the same batch, ending at ``ends``.
