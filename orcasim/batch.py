@@ -70,24 +70,34 @@ class DecodeBatch:
             self._next_slot += 1
         self.num_kv_tokens += req.prompt_len + req.num_output_tokens
 
-    def advance(self) -> list[Request]:
-        """Run one step: every member gains a token. Return the members that finished.
+    def advance(self, k: int = 1) -> list[Request]:
+        """Run ``k`` steps (nobody may finish before the last): every member gains ``k`` tokens.
 
-        Finished members leave the batch with ``num_output_tokens == output_len``,
-        in the order they joined.
+        Return the members that finished in the last step; they leave the
+        batch with ``num_output_tokens == output_len``, in the order they joined.
         """
-        self.num_steps = step = self.num_steps + 1
-        self.num_kv_tokens += self.size
+        self.num_steps = step = self.num_steps + k
+        self.num_kv_tokens += self.size * k
         heap = self._heap
-        if not heap or heap[0][0] != step:
+        if not heap:
+            return []
+        first = heap[0][0]
+        if first != step:
+            if first < step:
+                self.num_steps -= k
+                self.num_kv_tokens -= self.size * k
+                raise ValueError(f"cannot advance {k} steps: a member finishes in "
+                                 f"{first - self.num_steps}")
             return []
         done: list[Request] = []
+        pop = heapq.heappop
+        leave = self._leave
         while heap and heap[0][0] == step:
-            _, seq, req = heapq.heappop(heap)
+            _, seq, req = pop(heap)
             if req._batch_seq != seq:  # removed earlier
                 continue
             req.num_output_tokens = req.output_len
-            self._leave(req)
+            leave(req)
             done.append(req)
         return done
 

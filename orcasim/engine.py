@@ -29,6 +29,14 @@ idle policy (:meth:`~orcasim.source.OpenLoopSource.release_lazily`). The
 results are those of per-step simulation, bit for bit
 (``Engine.fast_paths = False`` turns both off).
 
+With the fast paths, the engine also skips the wait for a step or a run
+when SimPy's queue holds nothing before its end: SimPy's next event would be
+that end, so the engine moves the clock there itself and goes on (never in
+a real-time environment, whose clock follows the wall's). Anything
+scheduled earlier (an arrival the source waits for, a timer, another
+engine's step, a hard stop) makes it wait as usual, so every process sees
+the same clock and state as step by step.
+
 A hard stop (:meth:`Engine.stop`) interrupts the process, in a step or while
 the policy waits: the step in flight is lost, every running and waiting
 request is aborted, and the engine runs no more steps.
@@ -209,6 +217,10 @@ class Engine:
         ready = policy.ready_plan
         runs = getattr(policy, "decode_run", None) if self.fast_paths and not trace else None
         queue = env._queue
+        # with nothing else in SimPy's queue before the end of a step or run, waiting for it
+        # is moving the clock there: the engine does that itself (not in real time, where the
+        # clock follows the wall's, and not with fast paths off)
+        skip = self.fast_paths and type(env) is simpy.Environment
         gen = None  # the policy's decision in progress (its next_step generator)
         ev: simpy.Event | None = None  # the event that decision waits on
         try:
@@ -258,7 +270,7 @@ class Engine:
                         f"{dt!r} s; it must be > 0"
                     )
                 dt += plan.swap_time
-                t0 = env.now
+                t0 = env._now
                 num_waiting = len(ctx.waiting)
                 run = None
                 if (runs is not None and ctx.gate is None and ctx._step_end is None
@@ -273,17 +285,24 @@ class Engine:
                     waits = ctx.source.queued_by(num_waiting, ends)  # type: ignore[union-attr]
                     t1 = ends[-1]
                     ctx.busy_until = t1
-                    self._run = (plan, dt, busy, run, ends, waits)
-                    yield Until(env, t1)
-                    self._run = None
+                    if skip and (not queue or queue[0][0] > t1):
+                        env._now = t1  # nothing else happens before t1: SimPy's next event is
+                        # the run's end, so its clock goes there and the engine goes on
+                    else:
+                        self._run = (plan, dt, busy, run, ends, waits)
+                        yield Until(env, t1)
+                        self._run = None
                     self._record_run(plan, t0, ends, waits, run[0])
                     prev_end = t1
                     self.busy_time = busy = run_busy
                     continue
                 ctx.busy_until = t0 + dt
                 labels = policy.batch_labels(plan) if trace else None
-                yield timeout(env, dt)
-                t1 = env.now
+                t1 = env._now + dt  # as SimPy schedules the timeout
+                if skip and (not queue or queue[0][0] > t1):
+                    env._now = t1  # nothing else happens before the step's end (as above)
+                else:
+                    yield timeout(env, dt)
                 busy += dt
                 policy.complete_step(plan, t0, t1)
                 ctx.last_step_end = t1

@@ -91,3 +91,24 @@ def test_matches_a_token_by_token_model(specs):
         for i, v in naive.items():
             assert b.output_tokens(reqs[i]) == v[1]
         t += 1
+
+
+def test_advance_by_k_is_k_advances_and_never_skips_a_finish():
+    one, bulk = DecodeBatch(), DecodeBatch()
+    for b in (one, bulk):
+        for i, (p, out) in enumerate([(4, 6), (9, 3), (2, 9)]):
+            b.add(req(i, p, out))
+        b.remove(next(r for r in b if r.id == 1))  # a stale heap entry at step 3
+        b.add(req(3, 5, 4))
+    for _ in range(3):
+        one.advance()
+    done = [r.id for r in one.advance()]
+    with pytest.raises(ValueError, match="cannot advance 5 steps"):
+        bulk.advance(5)  # request 3 finishes at step 4
+    assert bulk.num_steps == 0 and bulk.num_kv_tokens == 11  # unchanged by the refusal
+    with pytest.raises(ValueError, match="cannot advance 4 steps"):
+        bulk.advance(4)  # as first_finish(): the removed member's entry (step 3) counts too
+    assert bulk.first_finish() == 3
+    assert bulk.advance(3) == []
+    assert [r.id for r in bulk.advance()] == done == [3]
+    assert (bulk.num_steps, bulk.num_kv_tokens) == (one.num_steps, one.num_kv_tokens)

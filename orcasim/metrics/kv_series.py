@@ -11,7 +11,7 @@ so time-weighted means stay exact per bin and the run's totals exact.
 
 from __future__ import annotations
 
-from itertools import repeat
+from array import array
 
 import numpy as np
 
@@ -28,15 +28,36 @@ class KVSeries(BinnedSeries):
         super().__init__(VALUES, capacity)
         #: slots of the whole pool (free = total - allocated)
         self.total = total
-        #: raw rows ``(t_start, t_end, tokens, allocated, internal, padding, swapped, blocked)``
-        self.buf: list[tuple[float, ...]] = []
+        # raw steps not yet binned: per step its end, allocated and internal slots; per run
+        # of steps (a single step is a run of one) its start, its length, the tokens of its
+        # first step and their growth per step, and its padding, swapped and stranded state
+        self._t1 = array("d")
+        self._alloc = array("q")
+        self._int = array("q")
+        self._r_start = array("d")
+        self._r_ints = tuple(array("q") for _ in range(6))  # len, tokens, size, padding,
+        # swapped, blocked (0 or 1)
+        (self._r_len, self._r_tok, self._r_size, self._r_pad, self._r_swap,
+         self._r_blk) = self._r_ints
+
+    def __len__(self) -> int:
+        """Raw steps not yet binned."""
+        return len(self._t1)
 
     def add(self, t_start: float, t_end: float, tokens: int, allocated: int, internal: int,
             padding: int, swapped: int, blocked: bool) -> None:
         """One step's memory state (``blocked``: free memory was stranded this step)."""
-        buf = self.buf
-        buf.append((t_start, t_end, tokens, allocated, internal, padding, swapped, blocked))
-        if len(buf) >= _BUFFER:
+        self._t1.append(t_end)
+        self._alloc.append(allocated)
+        self._int.append(internal)
+        self._r_start.append(t_start)  # as _run, for a run of one step
+        self._r_len.append(1)
+        self._r_tok.append(tokens)
+        self._r_size.append(0)
+        self._r_pad.append(padding)
+        self._r_swap.append(swapped)
+        self._r_blk.append(blocked)
+        if len(self._t1) >= _BUFFER:
             self.flush(whole=True)
 
     def add_run(self, t_start: float, ends: list[float], tokens: int, size: int,
@@ -44,13 +65,21 @@ class KVSeries(BinnedSeries):
                 blocked: bool) -> None:
         """Steps back to back from ``t_start``, ending at ``ends``: :meth:`add` once per step,
         with ``tokens`` growing by ``size`` per step and ``allocated``/``internal`` per step."""
-        buf = self.buf
-        k = len(ends)
-        starts = [t_start, *ends[:-1]]
-        buf.extend(zip(starts, ends, range(tokens, tokens + size * k, size) if size else
-                       repeat(tokens, k), allocated, internal, repeat(padding, k),
-                       repeat(swapped, k), repeat(blocked, k), strict=True))
-        if len(buf) >= _BUFFER:
+        self._t1.extend(ends)
+        self._alloc.extend(allocated)
+        self._int.extend(internal)
+        self._run(t_start, len(ends), tokens, size, padding, swapped, blocked)
+
+    def _run(self, t_start: float, k: int, tokens: int, size: int, padding: int, swapped: int,
+             blocked: bool) -> None:
+        self._r_start.append(t_start)
+        self._r_len.append(k)
+        self._r_tok.append(tokens)
+        self._r_size.append(size)
+        self._r_pad.append(padding)
+        self._r_swap.append(swapped)
+        self._r_blk.append(blocked)
+        if len(self._t1) >= _BUFFER:
             self.flush(whole=True)
 
     def flush(self, whole: bool = False) -> None:
@@ -60,16 +89,41 @@ class KVSeries(BinnedSeries):
         raw: the bins then sum the same rows in the same order however the
         steps were added (one by one or in runs).
         """
-        buf = self.buf
-        n = len(buf) - len(buf) % _BUFFER if whole else len(buf)
+        m = len(self._t1)
+        n = m - m % _BUFFER if whole else m
         if not n:
             return
-        a = np.array(buf[:n], dtype=np.float64)
-        self.buf = buf[n:]
-        free = self.total - a[:, 3]
-        stranded = np.where(a[:, 7] > 0, free, 0.0)
-        cols = [a[:, 2], a[:, 3], a[:, 4], a[:, 5], free, stranded, a[:, 6]]
-        self.add_columns(a[:, 0], a[:, 1], cols)
+        t1 = np.array(self._t1, dtype=np.float64)  # copies
+        alloc = np.array(self._alloc, dtype=np.float64)
+        internal = np.array(self._int, dtype=np.float64)
+        k = np.array(self._r_len, dtype=np.int64)
+        first = np.cumsum(k) - k  # each run's first step
+        t0 = np.empty_like(t1)  # a step starts where the one before it in its run ended
+        t0[1:] = t1[:-1]
+        t0[first] = self._r_start
+        tok0, size, pad, swap, blk = (np.repeat(np.array(c, dtype=np.float64), k)
+                                      for c in self._r_ints[1:])
+        since = np.arange(m) - np.repeat(first, k)  # steps since the run's first
+        tok = tok0 + size * since  # exact: integers in float64
+        if n < m:  # the steps from n on stay raw; the run they start in is cut there
+            r = int(np.searchsorted(first, n, side="right")) - 1
+            cut = n - int(first[r])  # steps of run r before n
+            rest = [c[r:].tolist() for c in (self._r_start, *self._r_ints)]
+            rest[0][0] = float(t0[n])
+            rest[1][0] -= cut
+            rest[2][0] = int(tok[n])
+            tails = (t1[n:].tolist(), self._alloc[n:], self._int[n:])
+        for c in (self._t1, self._alloc, self._int, self._r_start, *self._r_ints):
+            del c[:]
+        if n < m:
+            for c, tail in zip((self._t1, self._alloc, self._int), tails, strict=True):
+                c.extend(tail)
+            for c, tail in zip((self._r_start, *self._r_ints), rest, strict=True):
+                c.extend(tail)
+        free = self.total - alloc[:n]
+        stranded = np.where(blk[:n] > 0, free, 0.0)
+        self.add_columns(t0[:n], t1[:n], [tok[:n], alloc[:n], internal[:n], pad[:n], free,
+                                          stranded, swap[:n]])
 
     def totals(self) -> dict[str, float]:
         """Sums over the run: ``busy`` seconds and each ``<value>_dt`` integral."""

@@ -165,10 +165,12 @@ class DecodeOnlyPolicy(Policy, DecodeRuns):
     def join_fcfs(self, room: int) -> None:
         """:meth:`join` the first ``room`` waiting requests (or all, if fewer wait)."""
         waiting = self.ctx.waiting
-        join = self.join
-        while waiting and room > 0:
-            join(waiting.popleft())
-            room -= 1
+        n = min(room, len(waiting))
+        if n > 0:
+            join = self.join
+            popleft = waiting.popleft
+            for _ in range(n):
+                join(popleft())
 
     def join(self, req: Request) -> None:
         """Put ``req`` into the batch for the next step.
@@ -234,11 +236,11 @@ class DecodeOnlyPolicy(Policy, DecodeRuns):
         """Every member emits a token: first tokens, ITL (a resumed request's own gap), ends."""
         self._complete(plan, t_end, t_end)
 
-    def _complete(self, plan: StepPlan, t_first: float, t_end: float) -> None:
-        """The effects of ``plan``'s step (ending at ``t_first``) and of the batch's last step
-        (ending at ``t_end``, which may be a later one)."""
+    def _complete(self, plan: StepPlan, t_first: float, t_end: float, k: int = 1) -> None:
+        """The effects of ``plan``'s step (ending at ``t_first``) and of the batch's ``k - 1``
+        steps after it, in which nobody finishes before the last (ending at ``t_end``)."""
         joined = self._joined
-        finished = self.batch.advance()
+        finished = self.batch.advance(k)
         if joined:
             for req in joined:
                 if req.first_token is None:

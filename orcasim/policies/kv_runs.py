@@ -99,22 +99,16 @@ class KVDecodeRuns(DecodeRuns):
             return DecodeRuns.complete_run(self, plan, ends)
         batch = self.batch
         alloc = kv.alloc
-        allocated = [alloc.allocated_slots]
-        internal = [alloc.internal_slots]
         more = len(ends) - 1
         growth = self.growth
         if growth is None:  # reservations: nothing changes until someone leaves
-            allocated *= more + 1
-            internal *= more + 1
-        elif more:
+            allocated = [alloc.allocated_slots] * (more + 1)
+            internal = [alloc.internal_slots] * (more + 1)
+        else:
             try:
-                frees, ints = growth.run_rounds(batch.num_steps, more)
+                allocated, internal = growth.run_rounds(batch.num_steps, more)
             except ValueError as err:
                 raise SimulationError(f"a run of decode steps: {err}") from None
-            slots = alloc.layout.num_blocks
-            bs = alloc.block_size
-            allocated.extend([(slots - f) * bs for f in frees])
-            internal.extend(ints)
         # the same refusal (or none) at every boundary of the run
         kv.observe_run(self._run_t0, ends, batch.num_kv_tokens, batch.size, allocated, internal,
                        self._blocked)

@@ -88,6 +88,7 @@ class KVDecodePolicy(KVDecodeRuns, DecodeOnlyPolicy):
             raise ScenarioError("policy.preemption", "swap needs a paged pool, swap_space_gb > 0 "
                                 "and the KV bytes per token (memory.model or bytes_per_token)")
         self.keep_free = int(p.watermark * kv.capacity_units) if kv.paged else 0
+        self._max_len = kv.layout.max_model_len
         if kv.paged:
             self.growth = DecodeGrowth(kv.alloc)
         self._swapped: deque[Request] = deque()
@@ -125,7 +126,8 @@ class KVDecodePolicy(KVDecodeRuns, DecodeOnlyPolicy):
         batch = self.batch
         if not batch.size:
             return None
-        plan = self._batch_plan()
+        # without prefill charging, _batch_plan's plan built here
+        plan = self._batch_plan() if self.prefill else StepPlan(batch.size, batch.num_kv_tokens)
         plan.swap_time = secs
         return plan
 
@@ -180,7 +182,8 @@ class KVDecodePolicy(KVDecodeRuns, DecodeOnlyPolicy):
         if kv is None:
             self.join(req)
             return True
-        if kv.too_long(req):
+        m = self._max_len
+        if m is not None and max(req.prompt_len, 1) + req.output_len > m:  # kv.too_long(req)
             self.ctx.reject(req, "exceeds_max_model_len")
             return None
         keep = self.keep_free if self.batch.size else 0
@@ -207,9 +210,11 @@ class KVDecodePolicy(KVDecodeRuns, DecodeOnlyPolicy):
         waiting = self.ctx.waiting
         room = self.room()
         if self.head_of_line:
-            while waiting and room > 0:
-                req = waiting.popleft()
-                ok = self.try_join(req)
+            try_join = self.try_join
+            popleft = waiting.popleft
+            while room > 0 and waiting:
+                req = popleft()
+                ok = try_join(req)
                 if ok is False:
                     waiting.appendleft(req)
                     return
@@ -227,11 +232,11 @@ class KVDecodePolicy(KVDecodeRuns, DecodeOnlyPolicy):
             waiting.extendleft(reversed(skipped))
 
     def join(self, req: Request) -> None:
-        super().join(req)
+        DecodeOnlyPolicy.join(self, req)
         growth = self.growth
         if growth is not None and req._batch_seq >= 0:
-            batch = self.batch
-            growth.join(req, batch.num_steps, max(req.prompt_len, 1) + req.num_output_tokens)
+            p = req.prompt_len
+            growth.join(req, self.batch.num_steps, (p if p > 0 else 1) + req.num_output_tokens)
 
     def _take_deferred(self) -> None:
         deferred = self._deferred
@@ -344,10 +349,16 @@ class KVDecodePolicy(KVDecodeRuns, DecodeOnlyPolicy):
         assert kv is not None
         growth = self.growth
         finish = self.ctx.finish
+        release = kv.release
+        if growth is None:
+            for req in reqs:
+                release(req)
+                finish(req, t_end)
+            return
+        leave = growth.leave
         for req in reqs:
-            if growth is not None:
-                growth.leave(req)
-            kv.release(req)
+            leave(req)
+            release(req)
             finish(req, t_end)
 
     def drop(self, req: Request) -> None:

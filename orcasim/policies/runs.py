@@ -61,9 +61,7 @@ class DecodeRuns:
         Only within what :meth:`decode_run` allowed: nobody finishes before
         the last step. Equal to :meth:`complete_step` once per step.
         """
-        if len(ends) > 1:
-            self.batch.skip(len(ends) - 1)
-        self._complete(plan, ends[0], ends[-1])
+        self._complete(plan, ends[0], ends[-1], len(ends))
 
 
 class TokenRuns:

@@ -109,7 +109,7 @@ class DecodeGrowth:
 
     def run_rounds(self, step: int, k: int) -> tuple[list[int], list[int]]:
         """The rounds ``step + 1`` to ``step + k``, which :meth:`covered` said the free blocks
-        cover: the free blocks and the allocator's internal slots after each.
+        cover: the allocator's allocated and internal slots before them and after each.
 
         The same effects as :meth:`round` once per step, for a run of decode steps.
         """
@@ -118,21 +118,33 @@ class DecodeGrowth:
         bs = self.bs
         ev = self._events
         free = alloc.num_free_blocks
-        frees: list[int] = []
-        internals: list[int] = []
-        for s in range(step + 1, step + k + 1):
-            free -= len(phases[s % bs])
-            if ev and ev[0][0] <= s:
-                alloc.num_free_blocks = free
-                self.end_round(s)
-            frees.append(free)
-            internals.append(alloc.internal_slots)
+        num_blocks = alloc.layout.num_blocks
+        allocated = [(num_blocks - free) * bs]
+        internal = alloc.internal_slots
+        last = step + k
+        stop = ev[0][0] if ev else last + 1  # the next round where a member stops growing
+        if stop > last:  # nobody stops growing: the internal slots stay as they are
+            append = allocated.append
+            for s in range(step + 1, last + 1):
+                free -= len(phases[s % bs])
+                append((num_blocks - free) * bs)
+            internals = [internal] * (k + 1)
+        else:
+            internals = [internal]
+            for s in range(step + 1, last + 1):
+                free -= len(phases[s % bs])
+                if s >= stop:
+                    alloc.num_free_blocks = free
+                    self.end_round(s)
+                    stop = ev[0][0] if ev else last + 1
+                allocated.append((num_blocks - free) * bs)
+                internals.append(alloc.internal_slots)
         if free < 0:
-            raise ValueError(f"rounds {step + 1} to {step + k} need more blocks than are free")
+            raise ValueError(f"rounds {step + 1} to {last} need more blocks than are free")
         alloc.num_free_blocks = free
         if k:
-            self.last_round = step + k
-        return frees, internals
+            self.last_round = last
+        return allocated, internals
 
     def begin_exact(self, due: dict[int, Request]) -> None:
         """The exact path starts: every due member still waits for its block."""

@@ -105,7 +105,8 @@ class SlotPool:
     def release(self) -> None:
         """A running request gave its slot back: serve a waiting request, then fire ``freed``."""
         self.count -= 1
-        self.released()
+        if self._getters or self._freed is not None:  # someone waits: serve, fire freed
+            self.released()
 
     def released(self) -> None:
         """After ``count`` went down: serve a waiting slot request, then fire ``freed``."""
