@@ -18,7 +18,8 @@ SimPy event whatever the batch size.
 
 Runs of steps in which the batch cannot change (decode-only policies that
 offer :meth:`~orcasim.policies.base.DecodeOnlyPolicy.decode_run`, and
-token-level policies in steps where every running request decodes one token
+token-level policies from a step that schedules every running request for
+all its missing tokens, after which each decodes one token a step
 (:meth:`~orcasim.policies.base.TokenPolicy.decode_run`): nobody finishes
 before the run's last step, and no arrival could join before it)
 are charged as one timeout: the engine adds up the steps' latencies one by
