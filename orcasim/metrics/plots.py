@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from orcasim.metrics.request_table import num_rows
 from orcasim.metrics.summary import request_latencies
 from orcasim.request import RequestState
 
@@ -85,7 +86,7 @@ def time_unit(results: Results) -> str:
 
 def num_requests(results: Results) -> int:
     """Requests per variant (the largest, should the variants differ)."""
-    return max((len(v.columns["id"]) for v in results.values()), default=0)
+    return max((num_rows(v.columns) for v in results.values()), default=0)
 
 
 def _leaves(d: Mapping[str, Any]) -> list[str]:
@@ -147,7 +148,7 @@ def gantt(results: Results, num_requests: int | None = None) -> Figure:
         v = results[name]
         n = num_requests or v.config.output.gantt_requests
         df = v.first_requests(n)  # the columns are sorted by id
-        shown, total = max(shown, len(df)), max(total, len(v.columns["id"]))
+        shown, total = max(shown, len(df)), max(total, num_rows(v.columns))
         t_end = max(t_end, gantt_panel(ax, df, unit))
         ax.set_title(f"{name}: p99 E2E {v.summary['e2e_p99']:.3g} {unit}", fontsize="medium")
     axes[0, 0].set_xlim(0, t_end * 1.02 if t_end > 0 else 1)
