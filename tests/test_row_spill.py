@@ -61,6 +61,7 @@ def _run(tmp_path, name: str, stream: bool, monkeypatch) -> orcasim.Results:
 
 
 def test_streamed_rows_equal_rows_held_in_memory(tmp_path, monkeypatch):
+    _waited.clear()
     held = _run(tmp_path, "held", False, monkeypatch)
     streamed = _run(tmp_path, "streamed", True, monkeypatch)
     assert all(isinstance(v.columns, dict) for v in held.values())
