@@ -23,6 +23,7 @@ from orcasim.engine import Engine
 from orcasim.errors import EXIT_USAGE, OrcasimError, ScenarioError, SimulationError
 from orcasim.kv.config import MemoryOptions
 from orcasim.latency.base import LatencyModel
+from orcasim.metrics import row_spill
 from orcasim.metrics.recorder import Recorder
 from orcasim.metrics.results import Results, VariantResult
 from orcasim.metrics.summary import summarize
@@ -150,7 +151,9 @@ def build_model(
     in front of the engine when the configuration asks for it (``orcasim serve`` is one).
     """
     env = simpy.Environment() if env is None else env
-    rec = Recorder(trace_steps=trace_steps, series_capacity=cfg.output.series_capacity)
+    rec = Recorder(trace_steps=trace_steps, series_capacity=cfg.output.series_capacity,
+                   spill_rows=row_spill.SPILL_ROWS if len(arrays) > row_spill.STREAM_ABOVE
+                   else None, expected_rows=len(arrays))  # long runs stream rows to disk
     ctx = SchedulerContext(env, rec, seed=cfg.seed if seed is None else seed)
     policy, latency = build_model_parts(cfg, cfg.policy, cfg.latency, cfg.memory, ctx, arrays)
     if cfg.admission or cfg.events:

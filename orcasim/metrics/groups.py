@@ -83,7 +83,9 @@ def group_summary(
             for reason, n in sorted(reasons.items()):
                 out[f"{prefix}_{reason}"] = n
     why = cols["reason"]
-    cut = [why[i] for i in np.flatnonzero(finished).tolist() if why[i]]
+    has = np.fromiter((bool(r) for r in why), dtype=bool, count=len(why))
+    cut = [why[i] for i in np.flatnonzero(has & finished).tolist()]
+    del has
     for reason, n in sorted(Counter(cut).items()):  # finished short of output_len
         out[f"truncated_{reason}"] = n
     names, codes = _labels(cols["cls"])

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from orcasim.metrics.request_table import num_rows
 from orcasim.metrics.summary import request_latencies
 from orcasim.request import RequestState
 
@@ -85,7 +86,7 @@ def time_unit(results: Results) -> str:
 
 def num_requests(results: Results) -> int:
     """Requests per variant (the largest, should the variants differ)."""
-    return max((len(v.columns["id"]) for v in results.values()), default=0)
+    return max((num_rows(v.columns) for v in results.values()), default=0)
 
 
 def _leaves(d: Mapping[str, Any]) -> list[str]:
@@ -147,7 +148,7 @@ def gantt(results: Results, num_requests: int | None = None) -> Figure:
         v = results[name]
         n = num_requests or v.config.output.gantt_requests
         df = v.first_requests(n)  # the columns are sorted by id
-        shown, total = max(shown, len(df)), max(total, len(v.columns["id"]))
+        shown, total = max(shown, len(df)), max(total, num_rows(v.columns))
         t_end = max(t_end, gantt_panel(ax, df, unit))
         ax.set_title(f"{name}: p99 E2E {v.summary['e2e_p99']:.3g} {unit}", fontsize="medium")
     axes[0, 0].set_xlim(0, t_end * 1.02 if t_end > 0 else 1)
@@ -191,31 +192,39 @@ def latency_cdfs(results: Results) -> Figure:
 
     A workload with classes gets a row of panels per class (all requests
     mixed together hide the trade-off a class study is about); each panel
-    decides from its own data between a linear and a log x axis.
+    decides from its own data between a linear and a log x axis. Each
+    variant's latencies are reduced to the points drawn before the next
+    variant's are computed (millions of requests).
     """
     plt = _pyplot()
-    finished = {}  # variant -> (class of each finished request, its latencies)
     metrics = [m for m, _ in CDF_METRICS]
+    done = {name: v.columns["state"] == int(RequestState.FINISHED) for name, v in results.items()}
+    labels = {}  # variant -> class of each finished request (empty: no classes)
     for name, v in results.items():
-        c = v.columns
-        done = c["state"] == int(RequestState.FINISHED)
-        every = bool(done.all())  # then no copies of the columns (millions of requests)
-        sub = c if every else {k: c[k][done] for k in
+        cls = v.columns["cls"]
+        if any(x is not None for x in cls):
+            cls = np.asarray(cls, dtype=object)
+            labels[name] = cls if done[name].all() else cls[done[name]]
+        else:  # no classes: one marker array, not an object per request
+            labels[name] = np.empty(0, dtype=object)
+    classes = [c for c in dict.fromkeys(x for cls in labels.values()
+                                        for x in cls[cls != None] if x != "")]  # noqa: E711
+    rows: list[Any] = classes if len(classes) > 1 else [None]
+    curves: dict[tuple[Any, str], dict[str, Curve | None]] = {
+        (cls, m): {} for cls in rows for m in metrics}
+    for name, v in results.items():
+        c, every = v.columns, bool(done[name].all())  # all finished: no copies of the columns
+        sub = c if every else {k: c[k][done[name]] for k in
                                ("arrival", "first_scheduled", "first_token", "finish",
                                 "num_output_tokens")}
         lat = request_latencies(sub)
         del sub
-        cls = c["cls"]
-        if any(x is not None for x in cls):
-            cls = np.asarray(cls, dtype=object)
-            cls = cls if every else cls[done]
-        else:  # no classes: one marker array, not an object per request
-            cls = np.empty(0, dtype=object)
-        finished[name] = (cls, {k: lat[k] for k in metrics})
+        for m in metrics:
+            for cls in rows:
+                s = lat[m] if cls is None else lat[m][labels[name] == cls]
+                curves[(cls, m)][name] = ecdf_curve(s)
+            del lat[m]
         del lat
-    classes = [c for c in dict.fromkeys(x for cls, _ in finished.values()
-                                        for x in cls[cls != None] if x != "")]  # noqa: E711
-    rows: list[Any] = classes if len(classes) > 1 else [None]
     unit = time_unit(results)
     fig, axes = plt.subplots(len(rows), len(CDF_METRICS),
                              figsize=(4.2 * len(CDF_METRICS), 3.1 * len(rows) + 0.9),
@@ -224,9 +233,7 @@ def latency_cdfs(results: Results) -> Figure:
     for i, cls in enumerate(rows):
         for j, (col, label) in enumerate(CDF_METRICS):
             ax = axes[i, j]
-            samples = {v: lat[col] if cls is None else lat[col][c == cls]
-                       for v, (c, lat) in finished.items()}
-            ecdf_panel(ax, samples, palette)
+            draw_ecdfs(ax, curves[(cls, col)], palette)
             ax.set_xlabel(f"{label} ({unit})")
             if cls is not None:
                 ax.set_title(f"class {cls}", fontsize="medium")
@@ -235,24 +242,45 @@ def latency_cdfs(results: Results) -> Figure:
     return _finish(fig, f"{run_title(results)}\nlatency CDFs of finished requests")
 
 
+#: an ECDF as drawn: its points (x, y), and the count, least and greatest of its positive values
+Curve = tuple[np.ndarray, np.ndarray, int, float, float]
+
+
+def ecdf_curve(s: np.ndarray) -> Curve | None:
+    """The ECDF of the finite values of ``s`` through at most :data:`MAX_CDF_POINTS` of its
+    points (exact ones, ends included); None when there are none."""
+    x = np.sort(s[np.isfinite(s)])
+    if x.size == 0:
+        return None
+    first_pos = int(np.searchsorted(x, 0.0, side="right"))
+    npos = x.size - first_pos
+    lo, hi = (float(x[first_pos]), float(x[-1])) if npos else (np.nan, np.nan)
+    if x.size > MAX_CDF_POINTS:  # the ECDF at evenly spaced quantiles, ends included
+        idx = np.unique(np.linspace(0, x.size - 1, MAX_CDF_POINTS).round().astype(np.int64))
+        return x[idx], (idx + 1) / x.size, npos, lo, hi
+    return x, np.arange(1, x.size + 1) / x.size, npos, lo, hi
+
+
 def ecdf_panel(ax: Axes, samples: Mapping[str, np.ndarray], palette: Mapping[str, str]) -> None:
     """Step ECDF per sample; a log x axis when the pooled values span > two decades."""
-    pooled = np.concatenate([s for s in samples.values()] or [np.empty(0)])
-    log = wants_log(pooled)
-    for name, s in samples.items():
-        x = np.sort(s[np.isfinite(s)])
-        if x.size == 0:
-            continue
-        if x.size > MAX_CDF_POINTS:  # the ECDF at evenly spaced quantiles, ends included
-            idx = np.unique(np.linspace(0, x.size - 1, MAX_CDF_POINTS).round().astype(np.int64))
-            x, y = x[idx], (idx + 1) / x.size
-        else:
-            y = np.arange(1, x.size + 1) / x.size
-        ax.step(x, y, where="post", color=palette[name], lw=1.4, label=name)
-    if log:
-        pos = pooled[np.isfinite(pooled) & (pooled > 0)]
+    draw_ecdfs(ax, {name: ecdf_curve(np.asarray(s, dtype=float))
+                    for name, s in samples.items()}, palette)
+
+
+def draw_ecdfs(ax: Axes, curves: Mapping[str, Curve | None], palette: Mapping[str, str]
+               ) -> None:
+    """Draw :func:`ecdf_curve` curves; a log x axis when their positive values together span
+    more than :data:`LOG_SPAN` (as :func:`wants_log` of the pooled samples)."""
+    drawn = [c for c in curves.values() if c is not None]
+    npos = sum(c[2] for c in drawn)
+    lo = min((c[3] for c in drawn if c[2]), default=np.nan)
+    hi = max((c[4] for c in drawn if c[2]), default=np.nan)
+    for name, c in curves.items():
+        if c is not None:
+            ax.step(c[0], c[1], where="post", color=palette[name], lw=1.4, label=name)
+    if npos >= 2 and hi / lo > LOG_SPAN:
         ax.set_xscale("log")
-        ax.set_xlim(pos.min() / 1.3, pos.max() * 1.3)
+        ax.set_xlim(lo / 1.3, hi * 1.3)
     ax.set_ylim(0, 1.02)
     ax.grid(True, alpha=0.3, which="major")
 

@@ -9,18 +9,22 @@ The full per-step batch listing is kept only when asked for (``trace_steps``).
 
 from __future__ import annotations
 
+import sys
 from array import array
 from typing import Any
 
 import numpy as np
 
 from orcasim.metrics.kv_series import KVSeries
+from orcasim.metrics.row_spill import RowSpill, SpilledColumns
 from orcasim.metrics.series import StepSeries
 from orcasim.request import FINAL_STATES, Request, RequestState
 
 _NAN = float("nan")
 #: steps per block when the gaps are computed in place from the step ends
 GAP_BLOCK = 1 << 20
+#: flushed blocks of steps merged into one array (of about a million steps)
+MERGE_BLOCKS = 256
 
 REQUEST_FLOAT_COLUMNS = ("arrival", "first_scheduled", "first_token", "finish")
 REQUEST_INT_COLUMNS = (
@@ -37,8 +41,14 @@ REQUEST_INT_COLUMNS = (
 class Recorder:
     """Collects a run's per-request rows, ITL samples and step series."""
 
-    def __init__(self, trace_steps: bool = False, series_capacity: int = 4096) -> None:
+    def __init__(self, trace_steps: bool = False, series_capacity: int = 4096,
+                 spill_rows: int | None = None, expected_rows: int = 0) -> None:
         self.num_arrived = 0
+        # with spill_rows: every block of that many rows goes to a RowSpill (on disk, in id
+        # order) as it fills; see orcasim.metrics.row_spill
+        self._spill_at = spill_rows or sys.maxsize
+        self._expected_rows = expected_rows  # how many rows the spill makes room for
+        self._spill: RowSpill | None = None
         self._steps_flushed = 0
         self._sum_batch = 0
         self._taken = 0  # rows handed over by request_columns(take=True)
@@ -55,6 +65,7 @@ class Recorder:
         # a step's gap is its end minus the previous step's end (0 before the first)
         self._step_end: list[np.ndarray] = []
         self._itl_count: list[np.ndarray] = []
+        self._steps_merged = 0  # leading entries of those lists that are merged blocks
         self._extra_itl: list[tuple[float, int, int]] = []
         # steps not yet flushed: per step its end and queue length; per run of steps with one
         # batch (a single step is a run of one) its start, length, batch size, and tokens and
@@ -108,6 +119,35 @@ class Recorder:
             self._cls[row] = req.cls
         if req.reason is not None:
             self._reason[row] = req.reason
+        if row + 1 >= self._spill_at:
+            self._spill_block()
+
+    def _spill_block(self) -> None:
+        """Hand the rows held so far to the spill (started on the first block)."""
+        if self._spill is None:
+            self._spill = RowSpill(self._expected_rows)
+        self._spill.add(self._take_block())
+
+    def _take_block(self) -> dict[str, np.ndarray]:
+        """The rows held, in the order recorded, as numpy columns (strings as object arrays);
+        the recorder lets go of them."""
+        n = len(self._i["id"])
+        block: dict[str, np.ndarray] = {}
+        for c, a in self._i.items():
+            block[c] = np.frombuffer(a, dtype=np.int64).copy() if a else np.zeros(0, np.int64)
+        for c, a in self._f.items():
+            block[c] = np.frombuffer(a, dtype=np.float64).copy() if a else np.zeros(0)
+        for c, sparse in (("name", self._name), ("tenant", self._tenant), ("cls", self._cls),
+                          ("reason", self._reason)):
+            col = np.full(n, None, dtype=object)
+            for k, v in sparse.items():
+                col[k] = v
+            block[c] = col
+            sparse.clear()
+        self._f = {c: array("d") for c in REQUEST_FLOAT_COLUMNS}
+        self._i = {c: array("q") for c in REQUEST_INT_COLUMNS}
+        self._bind_appends()
+        return block
 
     def record_step(
         self,
@@ -181,7 +221,21 @@ class Recorder:
         self._sum_batch += int(seqs.sum())
         self._step_end.append(t1)
         self._itl_count.append(count)
+        if len(self._step_end) >= self._steps_merged + MERGE_BLOCKS:
+            self._merge_steps()
         self._to_series([t0, t1, seqs.astype(np.float64), tokens, waiting])
+
+    def _merge_steps(self) -> None:
+        """Merge the step blocks flushed since the last merge into one array.
+
+        Flushed blocks are small (``_buf_cap`` steps) and come from the C heap, which
+        keeps freed memory; merged ones are large enough to be returned to the system
+        when they are let go, so handing the steps over does not leave them resident.
+        """
+        k = self._steps_merged
+        for col in (self._step_end, self._itl_count):
+            col[k:] = [np.concatenate(col[k:])]
+        self._steps_merged = k + 1
 
     def _to_series(self, cols: list[np.ndarray], everything: bool = False) -> None:
         """Give the series whole blocks of ``_buf_cap`` steps (with ``everything``, the rest
@@ -220,26 +274,42 @@ class Recorder:
     # -- end of run ---------------------------------------------------------
     @property
     def num_recorded(self) -> int:
-        return len(self._i["id"]) + self._taken
+        spilled = self._spill.num_rows if self._spill is not None else 0
+        return len(self._i["id"]) + self._taken + spilled
 
     def state_counts(self) -> dict[RequestState, int]:
         """Recorded requests by final state."""
         states = np.frombuffer(self._i["state"], dtype=np.int64) if self._i["state"] else \
             np.zeros(0, np.int64)
-        return {s: int((states == int(s)).sum()) for s in FINAL_STATES}
+        spilled = self._spill.state_counts if self._spill is not None else None
+        return {s: int((states == int(s)).sum()) + (int(spilled[s]) if spilled is not None
+                                                    else 0) for s in FINAL_STATES}
 
     def num_distinct_ids(self) -> int:
         """Distinct request ids among the recorded rows (each request must end once)."""
+        if self._spill is not None:
+            return self._spill.num_distinct_ids(self._i["id"])
         return int(np.unique(np.frombuffer(self._i["id"], dtype=np.int64)).size) \
             if self._i["id"] else 0
 
-    def request_columns(self, take: bool = False) -> dict[str, Any]:
+    def request_columns(self, take: bool = False) -> dict[str, Any] | SpilledColumns:
         """Per-request columns as numpy arrays (and lists for strings), sorted by request id.
 
         With ``take`` the rows leave the recorder column by column as they are
         copied (at millions of requests the run's end then holds them once, not
-        twice); :attr:`num_recorded` still counts them.
+        twice); :attr:`num_recorded` still counts them. A recorder that streamed
+        rows to disk (``spill_rows``) hands over :class:`SpilledColumns`, which
+        it can do once, with ``take``.
         """
+        if self._spill is not None:
+            if not take:
+                raise ValueError("the rows were streamed to disk: take them "
+                                 "(request_columns(take=True)), once")
+            spill, self._spill = self._spill, None
+            n = len(self._i["id"])
+            cols = spill.finish(self._take_block() if n else None)
+            self._taken += spill.num_rows
+            return cols
         ids = np.frombuffer(self._i["id"], dtype=np.int64) if self._i["id"] else np.zeros(0, int)
         order = np.argsort(ids, kind="stable")
         del ids
@@ -290,6 +360,7 @@ class Recorder:
             return ends, counts
         chunks = list(zip(self._step_end, self._itl_count, strict=True))
         self._step_end, self._itl_count = [], []
+        self._steps_merged = 0
         self._steps_taken = True
         chunks.reverse()
         ends = np.empty(self._steps_flushed)

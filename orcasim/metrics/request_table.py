@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from orcasim.metrics.row_spill import SpilledColumns
 from orcasim.metrics.summary import request_latencies
 from orcasim.request import RequestState
 
@@ -76,9 +77,29 @@ def request_tables(columns: Mapping[str, Any], variant: str | None = None,
     """:func:`request_table` of ``rows`` requests at a time (default :data:`ROWS_PER_CHUNK`;
     one empty table for none)."""
     rows = rows or ROWS_PER_CHUNK
+    if isinstance(columns, SpilledColumns):  # read back from its file, a chunk at a time
+        for chunk in columns.batches(rows):
+            yield request_table(chunk, variant)
+        return
     n = len(columns["id"])
     for lo in range(0, max(n, 1), rows):
         yield request_table({k: v[lo:lo + rows] for k, v in columns.items()}, variant)
+
+
+def head(columns: Mapping[str, Any], n: int | None) -> Mapping[str, Any]:
+    """The columns of the first ``n`` requests (all with ``None``)."""
+    if isinstance(columns, SpilledColumns):
+        if n is None:
+            n = columns.num_rows
+        return next(columns.batches(max(n, 1), limit=n))
+    return columns if n is None else {k: v[:n] for k, v in columns.items()}
+
+
+def num_rows(columns: Mapping[str, Any]) -> int:
+    """How many requests ``columns`` has."""
+    if isinstance(columns, SpilledColumns):
+        return columns.num_rows
+    return len(columns["id"])
 
 
 def write_requests_parquet(path: Path, tables: Iterable[pa.Table],
@@ -97,7 +118,7 @@ def write_requests_parquet(path: Path, tables: Iterable[pa.Table],
     first = next(it)
     schema = first.schema
     if variants:
-        empty = [request_table({k: v[:0] for k, v in c.items()}, "").schema for c in variants]
+        empty = [request_table(head(c, 0), "").schema for c in variants]
         widest = max(empty, key=len)
         schema = pa.unify_schemas([widest, *empty])
         if first.schema.names[:1] != ["variant"]:

@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from orcasim.metrics.request_table import request_table, request_tables, write_requests_parquet
+from orcasim.metrics.request_table import (
+    head,
+    request_table,
+    request_tables,
+    write_requests_parquet,
+)
+from orcasim.metrics.row_spill import SpilledColumns
 from orcasim.metrics.summary import extra_percentiles, merge_percentiles
 
 if TYPE_CHECKING:
@@ -32,7 +38,9 @@ class VariantResult:
 
     name: str
     config: VariantConfig
-    columns: dict[str, Any]
+    #: per-request columns in id order: a dict, or for a run of more than
+    #: ``row_spill.STREAM_ABOVE`` requests :class:`SpilledColumns` (read back from disk)
+    columns: Mapping[str, Any]
     itl: tuple[np.ndarray, np.ndarray]
     series: dict[str, np.ndarray]
     steps: list[tuple[int, float, float, tuple[str | None, ...]]] | None
@@ -43,14 +51,21 @@ class VariantResult:
 
     @property
     def requests(self) -> pd.DataFrame:
-        """One row per request, with its latencies (NaN where undefined)."""
+        """One row per request, with its latencies (NaN where undefined).
+
+        A run that streamed its rows to disk (more than ``row_spill.STREAM_ABOVE``
+        requests) builds the frame from its file, a million rows at a time.
+        """
         return self.first_requests(None)
 
     def first_requests(self, n: int | None) -> pd.DataFrame:
         """:attr:`requests` of the ``n`` requests with the smallest ids (all with ``None``),
         built from those rows only (the columns of ``requests.parquet``)."""
-        c = self.columns if n is None else {k: v[:n] for k, v in self.columns.items()}
-        return request_table(c).to_pandas()
+        if isinstance(self.columns, SpilledColumns) and n is None:  # read back chunk by chunk
+            import pyarrow as pa
+
+            return pa.concat_tables(list(request_tables(self.columns))).to_pandas()
+        return request_table(head(self.columns, n)).to_pandas()
 
     @property
     def by_class(self) -> dict[str, dict[str, float]]:

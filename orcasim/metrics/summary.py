@@ -37,7 +37,10 @@ LATENCY_METRICS = ("queue_delay", "ttft", "tpot", "itl", "e2e")
 
 
 def _describe(prefix: str, x: np.ndarray, out: dict[str, float]) -> None:
-    x = x[np.isfinite(x)]
+    finite = np.isfinite(x)
+    if not finite.all():
+        x = x[finite]
+    del finite
     out[f"{prefix}_mean"] = float(x.mean()) if x.size else float("nan")
     for q, v in zip(QUANTILES, percentiles(x, QUANTILES), strict=True):
         out[f"{prefix}_p{q}"] = v
@@ -111,8 +114,10 @@ def summarize(
         "num_rejected": int((state == int(RequestState.REJECTED)).sum()),
         "num_aborted": int((state == int(RequestState.ABORTED)).sum()),
     }
-    ends = cols["finish"][np.isfinite(cols["finish"])]
-    makespan = float(ends.max()) if ends.size else float("nan")
+    finish = cols["finish"]
+    makespan = float(np.max(finish, where=np.isfinite(finish), initial=-np.inf))
+    if makespan == -np.inf:  # no request finished
+        makespan = float("nan")
     output_tokens = int(cols["num_output_tokens"].sum())
     out["makespan_s"] = makespan
     out["output_tokens"] = output_tokens
