@@ -7,8 +7,6 @@ DataFrame is asked for, so the simulator itself never depends on it.
 from __future__ import annotations
 
 import json
-import math
-import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +19,19 @@ from orcasim.metrics.request_table import (
     request_table,
     request_tables,
     write_requests_parquet,
+)
+from orcasim.metrics.result_format import (
+    default_metrics,
+    escape,
+    existing_files,
+    fmt,
+    headline,
+    html_tables,
+    jsonable,
+    metric_unit,
+    note_overwritten,
+    pd_frame,
+    split_summary_key,
 )
 from orcasim.metrics.row_spill import SpilledColumns
 from orcasim.metrics.summary import extra_percentiles, merge_percentiles
@@ -130,11 +141,11 @@ class VariantResult:
 
     def __repr__(self) -> str:
         """``VariantResult('continuous': 500 requests, 500 finished; throughput_tok_s ...)``."""
-        return f"VariantResult({self.name!r}: {_headline(self.summary)})"
+        return f"VariantResult({self.name!r}: {headline(self.summary)})"
 
     def _repr_html_(self) -> str:
         """This variant's comparison table (``orcasim run``'s metrics) as HTML, for notebooks."""
-        return _html_tables({self.name: self})
+        return html_tables({self.name: self})
 
     def format_steps(self) -> str:
         """The per-step schedule in the form ``step 3: C | B`` (one line per step)."""
@@ -169,19 +180,19 @@ class Results(Mapping[str, VariantResult]):
         head = (f"Results(scenario {self.scenario.name!r}, seed {self.seed}, "
                 f"{len(self.variants)} variant(s): {', '.join(self.variants)})")
         width = max((len(n) for n in self.variants), default=0)
-        lines = [f"  {n + ':':<{width + 1}} {_headline(v.summary)}"
+        lines = [f"  {n + ':':<{width + 1}} {headline(v.summary)}"
                  for n, v in self.variants.items()]
         return "\n".join([head, *lines])
 
     def _repr_html_(self) -> str:
         """The comparison table ``orcasim run`` prints (and per-class/tenant tables) as HTML."""
-        caption = (f"<p><b>{_escape(self.scenario.name)}</b>, seed {self.seed}, "
-                   f"variants: {_escape(', '.join(self.variants))}</p>")
-        return caption + _html_tables(self.variants)
+        caption = (f"<p><b>{escape(self.scenario.name)}</b>, seed {self.seed}, "
+                   f"variants: {escape(', '.join(self.variants))}</p>")
+        return caption + html_tables(self.variants)
 
     def default_metrics(self) -> list[str]:
         """The metrics of ``orcasim run``'s comparison table that these results have."""
-        return _default_metrics(self.variants)
+        return default_metrics(self.variants)
 
     @property
     def summary(self) -> dict[str, dict[str, float]]:
@@ -264,7 +275,7 @@ class Results(Mapping[str, VariantResult]):
                          percentiles: Sequence[float] = (50, 90, 99)) -> Path:
         """Write ``summary_vllm.json`` (variant -> vllm bench serve keys); return its path."""
         p = Path(out_dir) / "summary_vllm.json"
-        p.write_text(json.dumps(_jsonable(self.vllm_bench(percentiles)), indent=2) + "\n")
+        p.write_text(json.dumps(jsonable(self.vllm_bench(percentiles)), indent=2) + "\n")
         return p
 
     def summary_frame(self) -> pd.DataFrame:
@@ -281,7 +292,7 @@ class Results(Mapping[str, VariantResult]):
         colw = max(12, *(len(n) for n in names))
         lines = [f"{'metric':<{width}}  " + "  ".join(f"{n:>{colw}}" for n in names)]
         for k in keys:
-            cells = [_fmt(self.variants[n].summary.get(k, float("nan"))) for n in names]
+            cells = [fmt(self.variants[n].summary.get(k, float("nan"))) for n in names]
             lines.append(f"{k:<{width}}  " + "  ".join(f"{c:>{colw}}" for c in cells))
         return "\n".join(lines)
 
@@ -292,9 +303,9 @@ class Results(Mapping[str, VariantResult]):
         """
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        before = _existing_files(out)
+        before = existing_files(out)
         written = self._write_files(out, plots, requests_csv)
-        _note_overwritten(out, before, written)
+        note_overwritten(out, before, written)
         return written
 
     def _write_files(self, out: Path, plots: bool, requests_csv: bool = False) -> list[Path]:
@@ -307,7 +318,7 @@ class Results(Mapping[str, VariantResult]):
             "config": {n: v.config.to_dict() for n, v in self.variants.items()},
         }
         p = out / "summary.json"
-        p.write_text(json.dumps(_jsonable(summary), indent=2) + "\n")
+        p.write_text(json.dumps(jsonable(summary), indent=2) + "\n")
         written.append(p)
         written += self._write_tidy(out)
         p = out / "requests.parquet"
@@ -367,137 +378,3 @@ class Results(Mapping[str, VariantResult]):
         df.to_parquet(p, index=False)
         written.append(p)
         return written
-
-
-_GROUP_KINDS = ("class", "tenant", "replica")
-
-
-def pd_frame(columns: Mapping[str, Any]) -> pd.DataFrame:
-    """A DataFrame of ``columns`` (pandas imported only here)."""
-    import pandas as pd
-
-    return pd.DataFrame(dict(columns))
-
-
-def split_summary_key(key: str) -> tuple[str | None, str | None, str]:
-    """Split a summary key into ``(group_kind, group, metric)``.
-
-    ``"class.a.ttft_p99"`` -> ``("class", "a", "ttft_p99")``; a run-wide key
-    ``k`` -> ``(None, None, k)``. The group name is everything between the
-    kind and the last dot, as in :func:`orcasim.metrics.groups.split_groups`.
-    """
-    kind, dot, rest = key.partition(".")
-    if dot and kind in _GROUP_KINDS and "." in rest:
-        name, _, metric = rest.rpartition(".")
-        return kind, name, metric
-    return None, None, key
-
-
-_LATENCIES = ("queue_delay_", "ttft_", "tpot_", "itl_", "e2e_")
-_SHARES = ("_share", "_fraction", "_utilisation", "_rate", "_attainment", "_index",
-           "kv_alloc_waste", "kv_peak_usage")
-
-
-def metric_unit(metric: str) -> str:
-    """The unit of a summary metric: s, ms, tok/s, req/s, share, bytes or count.
-
-    Decided by the metric's name (``_s`` seconds, ``_tok_s``, ``_req_s``,
-    latency statistics in seconds, shares in [0, 1]); everything else counts
-    requests, tokens, steps or blocks.
-    """
-    if metric.endswith("_tok_s"):
-        return "tok/s"
-    if metric.endswith("_req_s") or metric == "requests_per_s":
-        return "req/s"
-    if metric.endswith("_ms"):
-        return "ms"
-    if metric.endswith("_s") or metric.startswith(_LATENCIES):
-        return "s"
-    if metric.endswith(_SHARES):
-        return "share"
-    if metric.endswith("_bytes"):
-        return "bytes"
-    return "count"
-
-
-_HEADLINE = ("throughput_tok_s", "ttft_p99", "e2e_p99")
-
-
-def _headline(summary: Mapping[str, float]) -> str:
-    """``500 requests, 498 finished, 2 rejected; throughput_tok_s 198.5, ...``."""
-    counts = [f"{_fmt(summary[k])} {label}" for k, label in
-              (("num_requests", "requests"), ("num_finished", "finished"),
-               ("num_rejected", "rejected"), ("num_aborted", "aborted"))
-              if k in summary and (k in ("num_requests", "num_finished") or summary[k])]
-    metrics = [f"{k} {_fmt(summary[k])}" for k in _HEADLINE if k in summary]
-    return "; ".join(part for part in (", ".join(counts), ", ".join(metrics)) if part)
-
-
-def _default_metrics(variants: Mapping[str, VariantResult]) -> list[str]:
-    """``orcasim run``'s table metrics present in any variant, then rejection/abort reasons."""
-    from orcasim.commands.run import TABLE_METRICS
-
-    present = [m for m in TABLE_METRICS if any(m in v.summary for v in variants.values())]
-    present += sorted({k for v in variants.values() for k in v.summary
-                       if k.startswith(("rejected_", "aborted_"))})
-    return present
-
-
-def _html_tables(variants: Mapping[str, VariantResult]) -> str:
-    """``orcasim run``'s comparison table, then its per-class/tenant tables, as HTML."""
-    from orcasim.commands.run import group_tables
-
-    parts = [_html_table(variants, _default_metrics(variants))]
-    for kind, keys in group_tables(variants):
-        parts.append(f"<p>per {kind}:</p>" + _html_table(variants, keys))
-    return "\n".join(parts)
-
-
-def _html_table(variants: Mapping[str, VariantResult], metrics: Sequence[str]) -> str:
-    """Metrics as rows, variants as columns, formatted as in :meth:`Results.table`."""
-    import pandas as pd
-
-    df = pd.DataFrame(
-        {n: [_fmt(v.summary.get(k, float("nan"))) for k in metrics] for n, v in variants.items()},
-        index=list(metrics),
-    )
-    df.columns.name = "metric"
-    return df.to_html(classes="orcasim-results")
-
-
-def _escape(text: str) -> str:
-    import html
-
-    return html.escape(text)
-
-
-def _existing_files(out: Path) -> set[Path]:
-    """The files directly in ``out`` (where a run writes its outputs)."""
-    return {p for p in out.iterdir() if p.is_file()}
-
-
-def _note_overwritten(out: Path, before: set[Path], written: Sequence[Path]) -> None:
-    """Say on stderr how many files of a previous run this write replaced (scripts re-run)."""
-    n = len(before & set(written))
-    if n:
-        print(f"note: overwriting {n} files in {out}", file=sys.stderr)
-
-
-def _fmt(v: float) -> str:
-    if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) < 1e15):
-        return f"{int(v)}"
-    if isinstance(v, float) and math.isnan(v):
-        return "-"
-    return f"{v:.6g}" if abs(v) >= 1e-3 else f"{v:.4g}"
-
-
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, np.generic):
-        return _jsonable(x.item())
-    return x
