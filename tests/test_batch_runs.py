@@ -312,7 +312,7 @@ def test_keyed_running_order_kept_as_requests_come_and_go_is_the_sorted_order(mo
     """With static keys the running requests are kept in key order as they are admitted and
     leave; at every use it equals sorting them, and its last is the largest key (the latest
     admitted among ties)."""
-    from orcasim.policies.common import KeyedPolicy
+    from orcasim.policies.keyed import KeyedPolicy
     order, worst = KeyedPolicy.order, KeyedPolicy.memory_victim
     seen = []
 

@@ -17,14 +17,12 @@
 Without chunked prefill a prompt larger than the whole budget can never be
 scheduled; it is rejected with reason ``prompt_too_long`` (vLLM does the same).
 
-Also here: :class:`KeyedPolicy`, which serves and runs requests by a key
-(see :mod:`orcasim.policies.keys` for the keys).
+:class:`~orcasim.policies.keyed.KeyedPolicy` serves and runs requests by a
+key on top of it.
 """
 
 from __future__ import annotations
 
-import bisect
-import contextlib
 from collections.abc import Generator, Iterable
 from itertools import islice
 from typing import Any, ClassVar, Literal
@@ -36,8 +34,6 @@ from orcasim.context import SchedulerContext
 from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
 from orcasim.policies.base import PolicyParams, TokenPolicy, slots_field
-from orcasim.policies.keys import KeyCache
-from orcasim.policies.queues import KeyedQueue
 from orcasim.policies.runs import TokenRuns
 from orcasim.request import Request, RequestState
 from orcasim.sched.token_memory import TokenMemory
@@ -375,77 +371,3 @@ def unschedule(scheduled: list[tuple[Request, int]], req: Request) -> int:
             del scheduled[i]
             return n
     return 0
-
-
-class KeyedPolicy(BatchPolicy):
-    """A :class:`BatchPolicy` that serves waiting requests by :meth:`key` (smallest first).
-
-    Running requests also get tokens in key order. With ``preempt: true`` in
-    the parameters, a full batch gives up its largest-key request (the latest
-    admitted among ties) whenever the head of the queue has a strictly smaller
-    key.
-    """
-
-    #: whether a request's key never changes (then a running request's key is computed once)
-    static_keys: ClassVar[bool] = True
-
-    def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
-        super().__init__(params, ctx)
-        self.preemptive = bool(getattr(params, "preempt", False))
-        if ctx is not None:
-            ctx.waiting = KeyedQueue(self.key)
-        self._keys = KeyCache(self.key)
-        #: the key of a running request now: :meth:`key`, or its cached value for static keys
-        self.rank = self._keys.__getitem__ if self.static_keys else self.key
-        #: the running requests in key order (ties in admission order), kept as they are
-        #: admitted and leave: with static keys and no memory limit (no swapping)
-        self._ordered: list[Request] | None = (
-            [] if self.static_keys and self.mem is None else None)
-
-    def key(self, req: Request) -> Any:
-        """Sort key of ``req`` (smaller runs first); computed when it is queued."""
-        raise NotImplementedError
-
-    def order(self, reqs: list[Request]) -> Iterable[Request]:
-        ordered = self._ordered
-        if ordered is not None and reqs is self.running and len(ordered) == len(reqs):
-            return ordered
-        return sorted(reqs, key=self.rank)
-
-    def victim(self, head: Request) -> Request | None:
-        if not self.running:
-            return None
-        worst = self.memory_victim()
-        return worst if self.key(head) < self.rank(worst) else None
-
-    def memory_victim(self) -> Request:
-        """The running request with the largest key (the latest admitted among ties)."""
-        ordered = self._ordered
-        if ordered is not None and len(ordered) == len(self.running):
-            return ordered[-1]
-        return max(reversed(self.running), key=self.rank)
-
-    def admitted(self, req: Request) -> None:
-        super().admitted(req)
-        if self._ordered is not None:
-            bisect.insort_right(self._ordered, req, key=self.rank)
-
-    def release(self, req: Request) -> None:
-        super().release(req)
-        if self._ordered is not None:
-            # (absent if a subclass's admitted() skipped ours: then order() does not use it)
-            with contextlib.suppress(ValueError):
-                self._ordered.remove(req)
-        self._keys.pop(req, None)
-
-    def swap_first(self, swapped: Request, head: Request) -> bool:
-        """A swapped-out request comes back before ``head`` unless ``head`` has a smaller key."""
-        return not self.key(head) < self.key(swapped)
-
-    def preempt(self, req: Request, reason: str = "priority") -> None:
-        super().preempt(req, reason)
-        mem = self.mem
-        if mem is not None and mem.swapped and mem.swapped[-1] is req:
-            mem.swapped.pop()  # keep the swapped requests in key order
-            keys = [self.key(r) for r in mem.swapped]
-            mem.swapped.insert(bisect.bisect_right(keys, self.key(req)), req)

@@ -14,7 +14,8 @@ from typing import Any
 from pydantic import Field
 
 from orcasim.context import SchedulerContext
-from orcasim.policies.common import KeyedPolicy, TokenParams
+from orcasim.policies.common import TokenParams
+from orcasim.policies.keyed import KeyedPolicy
 from orcasim.policies.keys import LengthPredictor
 from orcasim.registry import policies
 from orcasim.request import Request
