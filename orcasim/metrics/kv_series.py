@@ -15,7 +15,7 @@ from array import array
 
 import numpy as np
 
-from orcasim.metrics.series import BinnedSeries
+from orcasim.metrics.series import BinnedSeries, expand_runs
 
 VALUES = ("tokens", "allocated", "internal", "padding", "free", "stranded", "swapped")
 _BUFFER = 4096
@@ -96,11 +96,7 @@ class KVSeries(BinnedSeries):
         t1 = np.array(self._t1, dtype=np.float64)  # copies
         alloc = np.array(self._alloc, dtype=np.float64)
         internal = np.array(self._int, dtype=np.float64)
-        k = np.array(self._r_len, dtype=np.int64)
-        first = np.cumsum(k) - k  # each run's first step
-        t0 = np.empty_like(t1)  # a step starts where the one before it in its run ended
-        t0[1:] = t1[:-1]
-        t0[first] = self._r_start
+        k, first, t0 = expand_runs(t1, self._r_len, self._r_start)
         tok0, size, pad, swap, blk = (np.repeat(np.array(c, dtype=np.float64), k)
                                       for c in self._r_ints[1:])
         since = np.arange(m) - np.repeat(first, k)  # steps since the run's first

@@ -17,7 +17,7 @@ import numpy as np
 
 from orcasim.metrics.kv_series import KVSeries
 from orcasim.metrics.row_spill import RowSpill, SpilledColumns
-from orcasim.metrics.series import StepSeries
+from orcasim.metrics.series import StepSeries, expand_runs
 from orcasim.request import FINAL_STATES, Request, RequestState
 
 _NAN = float("nan")
@@ -204,11 +204,7 @@ class Recorder:
             return
         t1 = np.array(self._t1, dtype=np.float64)
         waiting = np.array(self._waiting, dtype=np.float64)
-        k = np.array(self._r_len, dtype=np.int64)
-        first = np.cumsum(k) - k  # each run's first step
-        t0 = np.empty_like(t1)  # a step starts where the one before it in its run ended
-        t0[1:] = t1[:-1]
-        t0[first] = self._r_start
+        k, first, t0 = expand_runs(t1, self._r_len, self._r_start)
         seqs = np.repeat(np.array(self._r_seqs, dtype=np.int64), k)
         tokens = np.repeat(np.array(self._r_tokens_rest, dtype=np.float64), k)
         tokens[first] = self._r_tokens

@@ -14,6 +14,23 @@ from __future__ import annotations
 import numpy as np
 
 
+def expand_runs(t1: np.ndarray, run_len: object, run_start: object
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Steps stored as runs: ``(k, first, t0)``.
+
+    ``t1`` holds every step's end; ``run_len`` and ``run_start`` each run's
+    step count and start. ``k`` is the run lengths, ``first`` each run's first
+    step, ``t0`` every step's start (where the step before it in its run
+    ended, or the run's start).
+    """
+    k = np.array(run_len, dtype=np.int64)
+    first = np.cumsum(k) - k
+    t0 = np.empty_like(t1)
+    t0[1:] = t1[:-1]
+    t0[first] = run_start
+    return k, first, t0
+
+
 class BinnedSeries:
     """Rows of consecutive steps holding time integrals of named per-step values.
 
