@@ -9,30 +9,14 @@ engine's :class:`~orcasim.plan.StepPlan`.
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
 
 from orcasim.plan import StepPlan
-from orcasim.policies.vllm_v1.state import RUNNING, Seq, StepOutput
+from orcasim.policies.vllm_v1.state import RUNNING, PolicyState, StepOutput
 from orcasim.request import Request
 
-if TYPE_CHECKING:
-    from orcasim.context import SchedulerContext
-    from orcasim.kv.cache_manager import KVCacheManager
-    from orcasim.kv.pool import KVPool
-    from orcasim.policies.vllm_v1.state import StepObserver
 
-
-class Output:
+class Output(PolicyState):
     """The output update and the plan of vLLM V1's scheduler (mixed into ``VllmV1``)."""
-
-    params: Any
-    ctx: SchedulerContext
-    kv: KVCacheManager
-    pool: KVPool | None
-    running: list[Request]
-    seqs: dict[int, Seq]
-    _observer: StepObserver | None
-    _finished_since_schedule: bool
 
     # -- processing a step's output ----------------------------------------------------
     def _update(self, out: StepOutput, plan: StepPlan | None = None) -> None:

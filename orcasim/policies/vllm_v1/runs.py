@@ -21,13 +21,9 @@ from operator import attrgetter, sub
 from typing import TYPE_CHECKING, Any
 
 from orcasim.plan import StepPlan
-from orcasim.policies.vllm_v1.state import StepOutput
+from orcasim.policies.vllm_v1.state import PolicyState, StepOutput
 
 if TYPE_CHECKING:
-    from orcasim.context import SchedulerContext
-    from orcasim.kv.cache_manager import KVCacheManager
-    from orcasim.kv.pool import KVPool
-    from orcasim.policies.vllm_v1.state import Seq, StepObserver
     from orcasim.request import Request
 
 
@@ -45,21 +41,13 @@ def _count_crossings(firsts: list[int], steps: int, block_size: int) -> int:
     return n
 
 
-class VllmRuns:
+class VllmRuns(PolicyState):
     """Decode runs of the vllm-v1 policy (mixed into ``VllmV1``)."""
 
-    params: Any
-    ctx: SchedulerContext
-    kv: KVCacheManager
-    pool: KVPool | None
-    running: list[Request]
-    seqs: dict[int, Seq]
-    _observer: StepObserver | None
     _runs: bool
     _current: StepOutput | None
     _update_at_end: bool
     _run_t0: float = 0.0
-    _finished_since_schedule: bool
     complete_step: Any  # VllmV1.complete_step
     _retire: Any  # Scheduling._retire
 

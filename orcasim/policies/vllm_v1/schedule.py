@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orcasim.policies.vllm_v1.state import (
     KIND_NEW,
@@ -18,33 +18,20 @@ from orcasim.policies.vllm_v1.state import (
     KIND_RUNNING,
     PREEMPTED,
     RUNNING,
+    PolicyState,
     Seq,
     StepOutput,
     misfit,
 )
 from orcasim.request import Request
 
-if TYPE_CHECKING:
-    from orcasim.context import SchedulerContext
-    from orcasim.kv.cache_manager import KVCacheManager
-    from orcasim.kv.pool import KVPool
-    from orcasim.policies.vllm_v1.state import StepObserver
 
-
-class Scheduling:
+class Scheduling(PolicyState):
     """The schedule of vLLM V1's scheduler (mixed into ``VllmV1``)."""
 
-    params: Any
-    ctx: SchedulerContext
-    kv: KVCacheManager
-    pool: KVPool | None
-    running: list[Request]
-    seqs: dict[int, Seq]
     priority: bool
     watermark_blocks: int
-    _observer: StepObserver | None
     _arrivals: list[Request]
-    _finished_since_schedule: bool
     _held: deque[Request]
     _lagged: bool
     _queue: deque[StepOutput]

@@ -9,6 +9,9 @@ from orcasim.plan import StepPlan
 from orcasim.request import Request
 
 if TYPE_CHECKING:
+    from orcasim.context import SchedulerContext
+    from orcasim.kv.cache_manager import KVCacheManager
+    from orcasim.kv.pool import KVPool
     from orcasim.policies.vllm_v1 import VllmV1
 
 WAITING, RUNNING, PREEMPTED = 0, 1, 2
@@ -19,6 +22,20 @@ MAX_EMPTY_SCHEDULES = 1000
 #: kinds of a scheduled entry
 KIND_RUNNING, KIND_NEW, KIND_RESUMED = 0, 1, 2
 KIND_NAMES = ("running", "new", "resumed")
+
+
+class PolicyState:
+    """What the vllm-v1 policy's parts (scheduling, output update, runs) share: the
+    attributes :class:`~orcasim.policies.vllm_v1.VllmV1` sets, declared once."""
+
+    params: Any
+    ctx: SchedulerContext
+    kv: KVCacheManager
+    pool: KVPool | None
+    running: list[Request]
+    seqs: dict[int, Seq]
+    _observer: StepObserver | None
+    _finished_since_schedule: bool
 
 
 class Seq:
