@@ -9,6 +9,7 @@ from orcasim.cluster.lockstep import LockstepGroup, step_times
 from orcasim.cluster.model import build_cluster_model, check_cluster_conservation
 from orcasim.errors import ScenarioError
 from orcasim.plan import StepPlan
+from orcasim.request import RequestState
 from orcasim.scenario import Scenario
 from orcasim.simulation import generate_workload, simulate
 
@@ -176,3 +177,42 @@ def test_group_is_built_only_for_lockstep_groups():
     (g,) = m.lockstep
     assert isinstance(g, LockstepGroup)
     assert [r.engine.group for r in m.replicas] == [g, g]
+
+
+def test_stopping_the_engines_mid_step_and_at_the_barrier_ends_every_request_once():
+    cfg = _scenario(True).variants[0]
+    arrays = generate_workload(cfg)
+    m = build_cluster_model(cfg, arrays)
+    m.env.run(until=6.0)  # r-0 in the group's step [5, 7]; D (r-1) waits at the barrier
+    (g,) = m.lockstep
+    assert g.step_end == 7.0 and g.members[1].plan is not None
+    for r in m.replicas:
+        r.engine.stop("shutdown")
+    m.env.run()
+    check_cluster_conservation(cfg, m, len(arrays))
+    (v,) = simulate(_scenario(True)).values()  # the same run, not stopped, for the names
+    names = dict(zip(v.requests["id"], v.requests["name"], strict=True))
+    ended = {names[i]: RequestState(s).name for r in m.replicas
+             for i, s in zip(r.recorder.request_columns()["id"],
+                             r.recorder.request_columns()["state"], strict=True)}
+    assert ended == {"A": "ABORTED", "B": "FINISHED", "C": "ABORTED", "D": "ABORTED",
+                     "E": "REJECTED", "F": "REJECTED"}
+
+
+def test_the_cluster_pages_lockstep_example_gives_the_schedule_it_describes():
+    import re
+
+    import yaml
+    from conftest import ROOT
+
+    page = (ROOT / "docs" / "clusters.md").read_text()
+    part = page.split("## Data-parallel engines in lockstep")[1].split("\n## ")[0]
+    (block,) = re.findall(r"^```yaml\n(.*?)^```", part, re.S | re.M)
+    raw = {"name": "dp", **yaml.safe_load(block)}
+    (v,) = simulate(Scenario(raw)).values()
+    df = v.requests.set_index("name")
+    assert df.loc[["A", "B"], "finish"].tolist() == [6.0, 4.0]
+    assert df.loc[["A", "B"], "replica"].tolist() == ["dp-0", "dp-1"]
+    raw["cluster"]["groups"][0]["lockstep"] = False
+    (v,) = simulate(Scenario(raw)).values()
+    assert v.requests.set_index("name").loc[["A", "B"], "finish"].tolist() == [4.0, 4.0]
