@@ -278,7 +278,7 @@ class Engine:
                     )
                 dt += plan.swap_time
                 if group is not None:  # the group's step, as long as its slowest member
-                    dt = yield from group.step(self, plan)
+                    dt = yield from group.step(self, plan, dt)
                 t0 = env._now
                 num_waiting = len(ctx.waiting)
                 run = None

@@ -64,6 +64,7 @@ import simpy
 
 from orcasim.engine import Engine, settle
 from orcasim.errors import SimulationError
+from orcasim.latency.base import LatencyModel
 from orcasim.plan import StepPlan
 
 #: steps between vLLM's all-reduces of "any rank has unfinished requests"
@@ -76,13 +77,14 @@ DECIDING, READY, IDLE, DONE = range(4)
 
 
 class _Member:
-    __slots__ = ("dummy_steps", "engine", "index", "plan", "state", "steps")
+    __slots__ = ("dummy_steps", "engine", "index", "own", "plan", "state", "steps")
 
     def __init__(self, index: int, engine: Engine) -> None:
         self.index = index
         self.engine = engine
         self.state = DECIDING  # every engine decides its first step at time 0
         self.plan: StepPlan | None = None
+        self.own = 0.0  # the plan's time alone, swap included
         self.steps = 0  # steps with a batch of its own
         self.dummy_steps = 0  # dummy steps it ran while another member stepped
 
@@ -116,11 +118,14 @@ class LockstepGroup:
 
     # -- the engines' side ----------------------------------------------------------------
 
-    def step(self, engine: Engine, plan: StepPlan) -> Generator[simpy.Event, Any, float]:
-        """Wait at the barrier with ``plan``; return the group's step time once it starts."""
+    def step(self, engine: Engine, plan: StepPlan,
+             own: float) -> Generator[simpy.Event, Any, float]:
+        """Wait at the barrier with ``plan`` (``own``: its time alone, swap included);
+        return the group's step time once the step starts."""
         m = self._by_engine[id(engine)]
         m.state = READY
         m.plan = plan
+        m.own = own
         self._want_check()
         dt = yield self._release
         return dt  # type: ignore[no-any-return]
@@ -207,9 +212,8 @@ class LockstepGroup:
         """Start a step for every member: READY ones run their plans, the others dummy steps."""
         members = self.members
         plans = [m.plan if m.state == READY else None for m in members]
-        times = step_times([m.engine.latency for m in members], plans)
-        dt = max(t + (p.swap_time if p is not None else 0.0) for t, p in zip(times, plans,
-                                                                            strict=True))
+        dt = max(step_times([m.engine.latency for m in members], plans,
+                            [m.own for m in members]))
         for m in members:
             if m.state == READY:
                 m.state = DECIDING
@@ -250,12 +254,17 @@ class LockstepGroup:
         return self._dummy_time
 
 
-def step_times(latencies: list[Any], plans: list[StepPlan | None]) -> list[float]:
-    """Each member's step time for ``plans`` (None: a dummy step), with vLLM's DP padding.
+def step_times(latencies: list[Any], plans: list[StepPlan | None],
+               own: list[float] | None = None) -> list[float]:
+    """Each member's step time for ``plans`` (None: a dummy step), with vLLM's DP padding,
+    KV swap time included.
 
     A member's step computes its tokens padded to its CUDA-graph size; when
     every member's step runs a graph, all pad to the largest. The MoE block
     is read at the members' mean computed tokens, the gathers at the largest.
+    ``own`` (each plan's time alone, as the engine computed it) is taken as
+    is where the group's counts are the plan's own: the latency model would
+    give the same.
     """
     real = [DUMMY_TOKENS if p is None else p.num_prefill_tokens + p.num_decode_tokens
             for p in plans]
@@ -267,10 +276,15 @@ def step_times(latencies: list[Any], plans: list[StepPlan | None]) -> list[float
     mean = sum(counts) / len(counts)
     top = max(counts)
     out = []
-    for lat, plan, tokens in zip(latencies, plans, counts, strict=True):
+    for k, (lat, plan, tokens) in enumerate(zip(latencies, plans, counts, strict=True)):
+        if plan is not None and own is not None and (
+                type(lat).lockstep_time is LatencyModel.lockstep_time
+                or (tokens == padded[k][0] == top and mean == tokens and real[k] > 0)):
+            out.append(own[k])  # lockstep_time(plan, ...) == step_time(plan) here
+            continue
         t = lat.lockstep_time(plan, tokens, mean, top)
         if not t > 0.0:
             raise SimulationError(f"latency model {lat.type_name!r} returned a step time of "
                                   f"{t!r} s; it must be > 0")
-        out.append(t)
+        out.append(t + plan.swap_time if plan is not None else t)
     return out
