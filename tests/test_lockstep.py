@@ -73,6 +73,15 @@ def test_the_same_scenario_without_lockstep_steps_each_engine_on_its_own():
                      "r-1": [(0.0, 4.0), (5.5, 7.5), (7.5, 8.5), (40.0, 42.0)]}
 
 
+def test_lockstep_engines_step_one_event_at_a_time_with_or_without_fast_paths(monkeypatch):
+    from orcasim.engine import Engine
+
+    _, fast = _run(lockstep=True)
+    monkeypatch.setattr(Engine, "fast_paths", False)
+    _, slow = _run(lockstep=True)
+    assert fast == slow
+
+
 def test_lockstep_results_are_what_the_steps_give_and_rerun_bit_for_bit():
     (v,) = simulate(_scenario(True)).values()
     df = v.requests.set_index("name")
@@ -113,6 +122,11 @@ def test_dp_padding_pads_every_engine_to_the_largest_graph_only_when_all_run_gra
     big = StepPlan(1, 0, 40, 0)
     assert step_times([a, b], [decode3, big]) == [0.008, 0.04]
     assert a.asked[-1] == (decode3, 8, 24.0, 40) and b.asked[-1] == (big, 40, 24.0, 40)
+    # an engine's own time (as the engine computed it) stands where the group's counts are
+    # its own: prefill12 pads to 16 anyway, decode3 is asked again at 16
+    n = len(b.asked)
+    assert step_times([a, b], [decode3, prefill12], [9.0, 9.0]) == [0.016, 9.0]
+    assert len(b.asked) == n and a.asked[-1] == (decode3, 16, 16.0, 16)
 
 
 def test_the_profile_model_in_a_group_pads_and_reads_moe_at_the_mean(tmp_path):
@@ -216,3 +230,31 @@ def test_the_cluster_pages_lockstep_example_gives_the_schedule_it_describes():
     raw["cluster"]["groups"][0]["lockstep"] = False
     (v,) = simulate(Scenario(raw)).values()
     assert v.requests.set_index("name").loc[["A", "B"], "finish"].tolist() == [4.0, 4.0]
+
+
+def test_vllm_v1_engines_in_lockstep_share_every_step_they_overlap():
+    raw = {"name": "v1", "seed": 3,
+           "engine": {"latency": {"type": "linear", "base": 0.01, "per_seq": 0.001,
+                                  "per_token": 1e-6, "per_prefill_token": 2e-5}},
+           "policy": {"type": "vllm-v1", "max_num_seqs": 8, "max_num_batched_tokens": 256,
+                      "num_blocks": 400},
+           "workload": {"type": "synthetic", "num_requests": 60,
+                        "arrival": {"type": "poisson", "rate": 20},
+                        "prompt_len": {"type": "uniform", "low": 10, "high": 600},
+                        "output_len": {"type": "uniform", "low": 1, "high": 40}},
+           "cluster": {"router": "least_outstanding",
+                       "groups": [{"name": "dp", "count": 2, "lockstep": True}]}}
+    cfg = Scenario(raw).variants[0]
+    arrays = generate_workload(cfg)
+    m = build_cluster_model(cfg, arrays, trace_steps=True)
+    m.env.run()
+    check_cluster_conservation(cfg, m, len(arrays))
+    a, b = ([(t0, t1) for _, t0, t1, _ in r.recorder.steps] for r in m.replicas)
+    shared = set(a) & set(b)
+    assert len(shared) > 20  # both engines busy most of the run
+    for x in a:  # a step of one engine is the other's too, or the other took a dummy step
+        for y in b:
+            assert x == y or x[1] <= y[0] or y[1] <= x[0], (x, y)
+    (g,) = m.lockstep
+    assert g.num_steps == len(set(a) | set(b))
+    assert [x.dummy_steps for x in g.members] == [len(b) - len(shared), len(a) - len(shared)]
