@@ -62,7 +62,7 @@ from typing import Any
 
 import simpy
 
-from orcasim.engine import Engine, settle
+from orcasim.engine import Engine, Until, settle
 from orcasim.errors import SimulationError
 from orcasim.latency.base import LatencyModel
 from orcasim.plan import StepPlan
@@ -202,11 +202,7 @@ class LockstepGroup:
         self.counter = c0 + done
         end = start + (done + 1) * d
         self.step_end = end
-        ev = simpy.Event(self.env)
-        ev._ok = True
-        ev._value = None
-        self.env.schedule(ev, delay=end - now)
-        ev.callbacks.append(self._end)  # type: ignore[union-attr]
+        Until(self.env, end).callbacks.append(self._end)  # type: ignore[union-attr]
 
     def _start(self, now: float) -> None:
         """Start a step for every member: READY ones run their plans, the others dummy steps."""
