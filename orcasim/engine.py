@@ -69,6 +69,8 @@ class Engine:
     #: advance runs of unchanged-batch steps in one event, and let the source release
     #: arrivals lazily where that changes nothing (off: one event per step and per arrival)
     fast_paths: bool = True
+    #: the data-parallel group this engine steps together with (orcasim.cluster.lockstep)
+    group = None
 
     def __init__(
         self,
@@ -216,12 +218,14 @@ class Engine:
         busy = 0.0
         t0 = -1.0  # start of the latest step; a step is in flight while t0 >= prev_end
         ready = policy.ready_plan
-        runs = getattr(policy, "decode_run", None) if self.fast_paths and not trace else None
+        group = self.group  # lockstep: each step waits for the group's, no runs or skips
+        runs = getattr(policy, "decode_run", None) if (self.fast_paths and not trace
+                                                       and group is None) else None
         queue = env._queue
         # with nothing else in SimPy's queue before the end of a step or run, waiting for it
         # is moving the clock there: the engine does that itself (not in real time, where the
         # clock follows the wall's, and not with fast paths off)
-        skip = self.fast_paths and type(env) is simpy.Environment
+        skip = self.fast_paths and type(env) is simpy.Environment and group is None
         gen = None  # the policy's decision in progress (its next_step generator)
         ev: simpy.Event | None = None  # the event that decision waits on
         try:
@@ -250,6 +254,8 @@ class Engine:
                     plan = policy.continue_step()
                     if plan is None:  # nothing runs: the engine waits with the policy
                         self.waiting_on = ev
+                        if group is not None:
+                            group.idle(self, ev)
                         yield ev
                         self.waiting_on = None
                         continue
@@ -271,6 +277,8 @@ class Engine:
                         f"{dt!r} s; it must be > 0"
                     )
                 dt += plan.swap_time
+                if group is not None:  # the group's step, as long as its slowest member
+                    dt = yield from group.step(self, plan, dt)
                 t0 = env._now
                 num_waiting = len(ctx.waiting)
                 run = None

@@ -19,8 +19,8 @@ def test_the_python_example_runs(tmp_path, monkeypatch):
 
 
 def test_the_yaml_examples_validate():
-    first, faults, scaling, pd = re.findall(r"^```yaml\n(.*?)^```", PAGE.read_text(),
-                                            re.S | re.M)
+    first, faults, scaling, pd, _lockstep = re.findall(r"^```yaml\n(.*?)^```",
+                                                       PAGE.read_text(), re.S | re.M)
     sc = orcasim.Scenario(yaml.safe_load(first))
     cluster = sc.variants[0].cluster
     assert [g.count for g in cluster.groups] == [4, 2] and cluster.staleness == 0.05

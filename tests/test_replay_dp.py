@@ -26,7 +26,7 @@ QWEN_MOE_DP2 = {"model": "Qwen/Qwen3-30B-A3B-Instruct-2507", "vllm_version": "0.
 def test_dp_moe_run_is_two_engines_with_experts_spread_over_both(tmp_path):
     sc = build_scenario(QWEN_MOE_DP2, "meta.json", tmp_path / "w.jsonl", profiles=tmp_path)
     assert sc["cluster"] == {"router": {"type": "least_outstanding"}, "staleness": 0,
-                             "groups": [{"name": "dp", "count": 2}]}
+                             "groups": [{"name": "dp", "count": 2, "lockstep": True}]}
     lat = sc["engine"]["latency"]
     assert (lat["expert_parallel"], lat["hidden_size"], lat["num_experts"],
             lat["experts_per_token"], lat["tp"]) == (2, 2048, 128, 8, 1)
@@ -36,15 +36,19 @@ def test_dp_moe_run_is_two_engines_with_experts_spread_over_both(tmp_path):
     meta = {**QWEN_MOE_DP2, "engine_kwargs": {**QWEN_MOE_DP2["engine_kwargs"],
                                                "enable_expert_parallel": False}}
     sc = build_scenario(meta, "meta.json", tmp_path / "w.jsonl", profiles=tmp_path)
-    assert sc["cluster"]["groups"] == [{"name": "dp", "count": 2}]
+    assert sc["cluster"]["groups"] == [{"name": "dp", "count": 2, "lockstep": True}]
     assert "expert_parallel" not in sc["engine"]["latency"]
     assert "hidden_size" not in sc["engine"]["latency"]
     # the roofline: two engines too, the experts not spread
     sc = build_scenario(QWEN_MOE_DP2, "meta.json", tmp_path / "w.jsonl", profiles=None,
                         gpu="rtx-pro-6000")
-    assert sc["cluster"]["groups"] == [{"name": "dp", "count": 2}]
+    assert sc["cluster"]["groups"] == [{"name": "dp", "count": 2, "lockstep": True}]
     assert sc["engine"]["latency"] == {"type": "roofline", "model": "qwen3-30b-a3b",
                                        "gpu": "rtx-pro-6000", "tp": 1}
+    # a dense model's DP engines are independent in vLLM: no lockstep
+    meta = {**QWEN_MOE_DP2, "model": "Qwen/Qwen3-32B"}
+    sc = build_scenario(meta, "meta.json", tmp_path / "w.jsonl", profiles=tmp_path)
+    assert sc["cluster"]["groups"] == [{"name": "dp", "count": 2}]
     # one engine: no cluster section
     meta = {**QWEN_MOE_DP2, "engine_kwargs": {**QWEN_MOE_DP2["engine_kwargs"],
                                                "data_parallel_size": 1}}

@@ -17,6 +17,8 @@ Replica failures (``faults``) are scheduled or random; see
 :mod:`orcasim.cluster.faults`. Only ``role: mixed`` replicas exist yet:
 disaggregated prefill/decode is refused with a clear error until it is
 built. ``autoscaling`` starts and drains replicas (:mod:`orcasim.cluster.autoscale`).
+A group with ``lockstep: true`` is the data-parallel engines of one
+mixture-of-experts model, stepping together (:mod:`orcasim.cluster.lockstep`).
 """
 
 from __future__ import annotations
@@ -56,6 +58,11 @@ class GroupOptions(ComponentParams):
     policy: Any = None
     engine: GroupEngine | None = None
     memory: MemoryOptions | None = None
+    lockstep: bool = Field(False, description="the replicas are the data-parallel engines of "
+                           "one mixture-of-experts model: they start every step together, "
+                           "each step lasts as long as the slowest one's, and an engine with "
+                           "nothing to run takes dummy steps while the others run "
+                           "(orcasim.cluster.lockstep)")
 
     @field_validator("name")
     @classmethod
@@ -147,6 +154,7 @@ class GroupConfig:
     policy: Spec
     latency: Spec
     memory: MemoryOptions | None
+    lockstep: bool = False  # the replicas step together (orcasim.cluster.lockstep)
 
     def replica_names(self) -> list[str]:
         """``name`` for a one-replica group, else ``name-0``, ``name-1``..."""
@@ -159,6 +167,8 @@ class GroupConfig:
                "policy": self.policy.to_dict(), "engine": {"latency": self.latency.to_dict()}}
         if self.memory is not None:
             out["memory"] = self.memory.model_dump()
+        if self.lockstep:
+            out["lockstep"] = True
         return out
 
 
@@ -222,7 +232,9 @@ def build_cluster(data: Any, policy: Any, latency: Any, memory: MemoryOptions | 
         lat = build_spec(registry.latency_models, lat_raw,
                          f"{path}.engine.latency" if g.engine is not None else "engine.latency")
         mem = g.memory if "memory" in g.model_fields_set else memory
-        groups.append(GroupConfig(name, g.count, g.role, pol, lat, mem))
+        if g.lockstep:
+            _check_lockstep(opts, g, path)
+        groups.append(GroupConfig(name, g.count, g.role, pol, lat, mem, g.lockstep))
     total = sum(g.count for g in groups)
     if total > MAX_REPLICAS:
         raise ScenarioError("cluster.groups", f"{total} replicas; at most {MAX_REPLICAS}")
@@ -258,6 +270,19 @@ def build_cluster(data: Any, policy: Any, latency: Any, memory: MemoryOptions | 
         admission.append(spec)
     return ClusterConfig(tuple(groups), router, opts.staleness, tuple(admission),
                          opts.routing_log, opts.faults, opts.autoscaling, opts.link, bpt)
+
+
+def _check_lockstep(opts: ClusterOptions, g: GroupOptions, path: str) -> None:
+    """A lockstep group: two replicas or more, serving mixed, with no failures or scaler."""
+    if g.count < 2:
+        raise ScenarioError(f"{path}.lockstep", "a lockstep group needs count >= 2 (its "
+                            "replicas are the data-parallel engines that step together)")
+    if g.role != "mixed":
+        raise ScenarioError(f"{path}.lockstep", f"not supported for {g.role} replicas yet")
+    for key in ("faults", "autoscaling"):
+        if getattr(opts, key) is not None:
+            raise ScenarioError(f"cluster.{key}", "not supported with a lockstep group yet "
+                                "(its engines start and stop together)")
 
 
 def _check_roles(opts: ClusterOptions, groups: list[GroupConfig]) -> int | None:

@@ -84,6 +84,8 @@ class ClusterModel:
     cfg: Any = None
     arrays: Any = None
     seed: int = 0
+    #: the groups of replicas that step together (LockstepGroup)
+    lockstep: list[Any] = field(default_factory=list)
 
     def restart(self, r: Replica) -> None:
         """Give ``r`` a fresh engine (empty batch, KV pool and cache) that takes requests."""
@@ -159,6 +161,12 @@ def build_cluster_model(cfg: VariantConfig, arrays: WorkloadArrays, *, trace_ste
     for r in replicas:
         if r.up:
             r.engine = Engine(env, r.ctx, r.policy, r.latency)
+    for group in cluster.groups:
+        if group.lockstep:
+            from orcasim.cluster.lockstep import LockstepGroup
+
+            model.lockstep.append(LockstepGroup(
+                env, [r.engine for r in replicas if r.group is group]))  # type: ignore[misc]
     if cluster.disaggregated:
         from orcasim.cluster.disagg import Disaggregation
 

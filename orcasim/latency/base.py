@@ -18,6 +18,10 @@ from orcasim.plan import StepPlan
 #: the largest value of any latency coefficient (a step's fixed time, a cost per token), s
 MAX_STEP_SECONDS = 3600.0
 
+#: the batch of a dummy step (vLLM's ``execute_dummy_batch`` in a data-parallel group of an
+#: MoE model: one sequence computing one token over a one-token context)
+DUMMY_PLAN = StepPlan(1, 1, 0, 1)
+
 #: a latency coefficient: finite, in ``[0, MAX_STEP_SECONDS]`` seconds
 Coefficient = Annotated[float, Field(ge=0, le=MAX_STEP_SECONDS, allow_inf_nan=False)]
 
@@ -47,3 +51,17 @@ class LatencyModel:
         floating-point result) for every ``T``, or ``None``; lets the engine add up a run of
         decode steps without building plans."""
         return None
+
+    def graph_tokens(self, tokens: int) -> tuple[int, bool]:
+        """``(tokens computed, whether a captured CUDA graph runs them)`` for a step of
+        ``tokens``: no padding and no graphs unless the model knows them."""
+        return tokens, False
+
+    def lockstep_time(self, plan: StepPlan | None, tokens: int, moe_tokens: float,
+                      gather_tokens: int) -> float:
+        """One engine's step in a data-parallel group stepping together, s (``plan`` None: a
+        dummy step, :data:`DUMMY_PLAN`). ``tokens`` is what the dense operators compute
+        (the group's padded count), ``moe_tokens`` the tokens per engine the MoE block
+        sees, ``gather_tokens`` the largest engine's; this default knows none of them and
+        costs the engine's own batch."""
+        return self.step_time(plan if plan is not None else DUMMY_PLAN)

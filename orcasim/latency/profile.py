@@ -58,7 +58,7 @@ import numpy as np
 from pydantic import Field
 
 from orcasim.errors import OrcasimError, ScenarioError
-from orcasim.latency.base import Coefficient, LatencyModel
+from orcasim.latency.base import DUMMY_PLAN, Coefficient, LatencyModel
 from orcasim.latency.profile_files import (  # noqa: F401  (re-exported)
     ATTENTION,
     BUILTIN_PROFILES,
@@ -159,9 +159,10 @@ class ProfileLatency(LatencyModel):
                                 f"sizes must be >= 1, got {sizes[0]}")
         self.graph_sizes = sizes
         self.comm_fixed, self.comm_per_token = self._allreduce(params)
-        ep_fixed, ep_per_token = self._ep_comm(params)
+        ep_fixed, self.ep_per_token = self._ep_comm(params)
+        self.tp_per_token = self.comm_per_token
         self.comm_fixed += ep_fixed
-        self.comm_per_token += ep_per_token
+        self.comm_per_token += self.ep_per_token
 
     def _init_llmservingsim(self, params: Params, directory: Path) -> None:
         prof = load_profile(directory, params.tp)
@@ -359,6 +360,13 @@ class ProfileLatency(LatencyModel):
             return tokens
         return sizes[bisect_left(sizes, tokens)]
 
+    def graph_tokens(self, tokens: int) -> tuple[int, bool]:
+        """(:meth:`padded_tokens`, whether a CUDA graph was captured for that many tokens)."""
+        sizes = self.graph_sizes
+        if not sizes or tokens > sizes[-1]:
+            return tokens, False
+        return sizes[bisect_left(sizes, tokens)], True
+
     def step_time(self, plan: StepPlan) -> float:
         real = plan.num_prefill_tokens + plan.num_decode_tokens
         attention = self.attention_time(plan) if real else 0.0
@@ -370,9 +378,44 @@ class ProfileLatency(LatencyModel):
              + sum(c(float(plan.num_seqs)) for c in self.per_seq) + self.overhead
              + self.comm_fixed + self.comm_per_token * tokens)
         if not (t > 0 and math.isfinite(t)):
-            raise OrcasimError(
-                f"{self.source}: the profile gives {t:.6g} s for a step with {plan.num_seqs} "
-                f"sequences, {real} tokens and attention inputs "
-                f"{self.attention_inputs(plan)} (extrapolated "
-                "past the profile; use extrapolate: clamp)")
+            self._bad_time(t, plan, real)
         return t
+
+    def lockstep_time(self, plan: StepPlan | None, tokens: int, moe_tokens: float,
+                      gather_tokens: int) -> float:
+        """One engine's step in a data-parallel group stepping together (``plan`` None: a
+        dummy step), s.
+
+        The dense operators compute ``tokens`` (the group's padded count
+        under CUDA graphs, :mod:`orcasim.cluster.lockstep`); the MoE block
+        runs this GPU's experts on the tokens gathered from every engine of
+        the group, read from the table at ``moe_tokens`` per engine (their
+        mean), and the expert-parallel gathers move the largest engine's
+        ``gather_tokens``. vLLM's dummy batch (``execute_dummy_batch``:
+        ``_dummy_run(1, uniform_decode=True)`` in ``vllm/v1/worker/``)
+        runs the model's forward pass on one one-token sequence, padded
+        like the others, and neither the lm_head nor the sampler.
+        """
+        dummy = plan is None
+        if dummy:
+            plan = DUMMY_PLAN
+        real = plan.num_prefill_tokens + plan.num_decode_tokens
+        attention = self.attention_time(plan) if real else 0.0
+        t_dense = float(tokens)
+        layer = sum(c(t_dense) for c in self.per_layer) + attention
+        if self.moe is not None:
+            layer += self.moe(float(moe_tokens))
+        t = (self.num_layers * layer + sum(c(t_dense) for c in self.per_step)
+             + (0.0 if dummy else sum(c(float(plan.num_seqs)) for c in self.per_seq))
+             + self.overhead + self.comm_fixed + self.tp_per_token * t_dense
+             + self.ep_per_token * gather_tokens)
+        if not (t > 0 and math.isfinite(t)):
+            self._bad_time(t, plan, real)
+        return t
+
+    def _bad_time(self, t: float, plan: StepPlan, real: int) -> None:
+        raise OrcasimError(
+            f"{self.source}: the profile gives {t:.6g} s for a step with {plan.num_seqs} "
+            f"sequences, {real} tokens and attention inputs "
+            f"{self.attention_inputs(plan)} (extrapolated "
+            "past the profile; use extrapolate: clamp)")

@@ -39,7 +39,10 @@ tokens per engine sends ``N ep k / ep = N k`` pairs to each GPU's experts, of
 which ``E/ep (1 - (1 - k/E)^(N ep))`` are touched under uniform routing
 (``min(E/ep, N k)`` balanced): the TP1 table is read at ``N`` tokens and
 that many experts. The all-gather and reduce-scatter around the block are
-costed by the profile model (:meth:`ProfileLatency._ep_comm`).
+costed by the profile model (:meth:`ProfileLatency._ep_comm`). In a lockstep
+group (:mod:`orcasim.cluster.lockstep`) the engines' steps need not be equal:
+the table is then read at their mean tokens, ``N`` above
+(:meth:`ProfileLatency.lockstep_time`).
 """
 
 from __future__ import annotations

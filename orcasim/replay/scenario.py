@@ -29,7 +29,12 @@ hand. The mapping from vLLM's engine arguments (``meta.json`` ->
 - an MoE model's experts and experts per token from its preset;
 - ``data_parallel_size`` > 1: that many engines (a ``cluster`` of replicas,
   each with the run's policy, latency model and KV cache) behind the
-  ``least_outstanding`` router with a live view (:data:`DP_ROUTER`);
+  ``least_outstanding`` router with a live view (:data:`DP_ROUTER`); for an
+  MoE model the group steps in lockstep (``lockstep: true``,
+  :mod:`orcasim.cluster.lockstep`): vLLM runs an MoE model's DP ranks as
+  ``DPEngineCoreProc`` engines that step together, a dense model's as
+  independent engines (``EngineCoreProc.run_engine_core``,
+  ``vllm/v1/engine/core.py``);
 - ``enable_expert_parallel`` with an MoE model: the profile model's
   ``expert_parallel`` = ``data_parallel_size`` x ``tensor_parallel_size``
   (TP1 engines only), with the same PCIe link for the token gathers; the
@@ -297,8 +302,10 @@ def build_scenario(
         "policy": policy,
     }
     if dp > 1:
-        scenario["cluster"] = {"router": dict(DP_ROUTER), "staleness": 0,
-                               "groups": [{"name": "dp", "count": dp}]}
+        group: dict[str, Any] = {"name": "dp", "count": dp}
+        if preset is not None and preset.is_moe:
+            group["lockstep"] = True
+        scenario["cluster"] = {"router": dict(DP_ROUTER), "staleness": 0, "groups": [group]}
     if profiles is not None:
         latency = scenario["engine"]["latency"]
         latency["overhead_s"] = (
