@@ -8,6 +8,7 @@ a run is a finite number.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, ClassVar
 
 from pydantic import Field
@@ -46,4 +47,10 @@ class LatencyModel:
         """``(a, c)`` with ``step_time(StepPlan(num_seqs, T)) == a + c * T`` exactly (the same
         floating-point result) for every ``T``, or ``None``; lets the engine add up a run of
         decode steps without building plans."""
+        return None
+
+    def decode_step(self, num_seqs: int) -> Callable[[int], float] | None:
+        """``f`` with ``f(T) == step_time(StepPlan(num_seqs, T))`` exactly for every ``T``, or
+        ``None``: a model without :meth:`decode_coefficients` can still spare the engine a
+        plan per step of a run."""
         return None

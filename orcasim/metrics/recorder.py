@@ -41,17 +41,11 @@ class Recorder(RequestRows):
         self._steps_merged = 0  # leading entries of those lists that are merged blocks
         self._extra_itl: list[tuple[float, int, int]] = []
         # steps not yet flushed: per step its end and queue length; per run of steps with one
-        # batch (a single step is a run of one) its start, length, batch size, and tokens and
-        # ITL count of its first and later steps
+        # batch (a single step is a run of one) a tuple: its start, length, batch size, and
+        # tokens and ITL count of its first and later steps
         self._t1 = array("d")
         self._waiting = array("q")
-        self._r_start = array("d")
-        self._r_len = array("q")
-        self._r_seqs = array("q")
-        self._r_tokens = array("q")
-        self._r_tokens_rest = array("q")
-        self._r_count = array("q")
-        self._r_count_rest = array("q")
+        self._runs: list[tuple[float, int, int, int, int, int, int]] = []
         self._buf_cap = max(16, series_capacity)
         self.series = StepSeries(series_capacity)
         # steps flushed but not yet in the series: it takes them in blocks of _buf_cap steps,
@@ -74,13 +68,7 @@ class Recorder(RequestRows):
         inter-token gap (its end minus the previous step's end)."""
         self._t1.append(t_end)
         self._waiting.append(num_waiting)
-        self._r_start.append(t_start)
-        self._r_len.append(1)
-        self._r_seqs.append(num_seqs)
-        self._r_tokens.append(num_tokens)
-        self._r_tokens_rest.append(num_tokens)
-        self._r_count.append(itl_count)
-        self._r_count_rest.append(itl_count)
+        self._runs.append((t_start, 1, num_seqs, num_tokens, num_tokens, itl_count, itl_count))
         if len(self._t1) >= self._buf_cap:
             self._flush()
 
@@ -99,16 +87,11 @@ class Recorder(RequestRows):
         ``num_waiting`` holds the queue length at the start of each step.
         The same rows as :meth:`record_step` once per step.
         """
-        self._t1.extend(ends)
+        t1 = self._t1
+        t1.extend(ends)
         self._waiting.extend(num_waiting)
-        self._r_start.append(t_start)
-        self._r_len.append(len(ends))
-        self._r_seqs.append(num_seqs)
-        self._r_tokens.append(num_tokens[0])
-        self._r_tokens_rest.append(num_tokens[1])
-        self._r_count.append(itl_count[0])
-        self._r_count_rest.append(itl_count[1])
-        if len(self._t1) >= self._buf_cap:
+        self._runs.append((t_start, len(ends), num_seqs, *num_tokens, *itl_count))
+        if len(t1) >= self._buf_cap:
             self._flush()
 
     def _flush(self) -> None:
@@ -116,15 +99,16 @@ class Recorder(RequestRows):
             return
         t1 = np.array(self._t1, dtype=np.float64)
         waiting = np.array(self._waiting, dtype=np.float64)
-        k, first, t0 = expand_runs(t1, self._r_len, self._r_start)
-        seqs = np.repeat(np.array(self._r_seqs, dtype=np.int64), k)
-        tokens = np.repeat(np.array(self._r_tokens_rest, dtype=np.float64), k)
-        tokens[first] = self._r_tokens
-        count = np.repeat(np.array(self._r_count_rest, dtype=np.int32), k)
-        count[first] = self._r_count
-        for col in (self._t1, self._waiting, self._r_start, self._r_len, self._r_seqs,
-                    self._r_tokens, self._r_tokens_rest, self._r_count, self._r_count_rest):
-            del col[:]
+        # the runs' columns: start, length, batch size, tokens (first step, later ones) and ITL
+        # count (the same), every integer exact as a float64
+        runs = np.array(self._runs, dtype=np.float64).reshape(-1, 7)
+        k, first, t0 = expand_runs(t1, runs[:, 1], runs[:, 0])
+        seqs = np.repeat(runs[:, 2].astype(np.int64), k)
+        tokens = np.repeat(runs[:, 4], k)
+        tokens[first] = runs[:, 3]
+        count = np.repeat(runs[:, 6].astype(np.int32), k)
+        count[first] = runs[:, 5]
+        del self._t1[:], self._waiting[:], self._runs[:]
         self._steps_flushed += len(t1)
         self._sum_batch += int(seqs.sum())
         self._step_end.append(t1)
