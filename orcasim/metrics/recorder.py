@@ -41,11 +41,14 @@ class Recorder(RequestRows):
         self._steps_merged = 0  # leading entries of those lists that are merged blocks
         self._extra_itl: list[tuple[float, int, int]] = []
         # steps not yet flushed: per step its end and queue length; per run of steps with one
-        # batch (a single step is a run of one) a tuple: its start, length, batch size, and
-        # tokens and ITL count of its first and later steps
+        # batch (a single step is a run of one) its start, and its length, batch size, and
+        # tokens and ITL count of its first and later steps (appended column by column: the
+        # cheapest way from Python numbers to arrays)
         self._t1 = array("d")
         self._waiting = array("q")
-        self._runs: list[tuple[float, int, int, int, int, int, int]] = []
+        self._r_start = array("d")
+        self._r_ints = tuple(array("q") for _ in range(6))  # length, seqs, tokens, count
+        self._r_appends = (self._r_start.append, *(a.append for a in self._r_ints))
         self._buf_cap = max(16, series_capacity)
         self.series = StepSeries(series_capacity)
         # steps flushed but not yet in the series: it takes them in blocks of _buf_cap steps,
@@ -68,7 +71,14 @@ class Recorder(RequestRows):
         inter-token gap (its end minus the previous step's end)."""
         self._t1.append(t_end)
         self._waiting.append(num_waiting)
-        self._runs.append((t_start, 1, num_seqs, num_tokens, num_tokens, itl_count, itl_count))
+        start, length, seqs, tokens, tokens_rest, count, count_rest = self._r_appends
+        start(t_start)
+        length(1)
+        seqs(num_seqs)
+        tokens(num_tokens)
+        tokens_rest(num_tokens)
+        count(itl_count)
+        count_rest(itl_count)
         if len(self._t1) >= self._buf_cap:
             self._flush()
 
@@ -90,7 +100,14 @@ class Recorder(RequestRows):
         t1 = self._t1
         t1.extend(ends)
         self._waiting.extend(num_waiting)
-        self._runs.append((t_start, len(ends), num_seqs, *num_tokens, *itl_count))
+        start, length, seqs, tokens, tokens_rest, count, count_rest = self._r_appends
+        start(t_start)
+        length(len(ends))
+        seqs(num_seqs)
+        tokens(num_tokens[0])
+        tokens_rest(num_tokens[1])
+        count(itl_count[0])
+        count_rest(itl_count[1])
         if len(t1) >= self._buf_cap:
             self._flush()
 
@@ -98,17 +115,18 @@ class Recorder(RequestRows):
         if not self._t1:
             return
         t1 = np.array(self._t1, dtype=np.float64)
-        waiting = np.array(self._waiting, dtype=np.float64)
-        # the runs' columns: start, length, batch size, tokens (first step, later ones) and ITL
-        # count (the same), every integer exact as a float64
-        runs = np.array(self._runs, dtype=np.float64).reshape(-1, 7)
-        k, first, t0 = expand_runs(t1, runs[:, 1], runs[:, 0])
-        seqs = np.repeat(runs[:, 2].astype(np.int64), k)
-        tokens = np.repeat(runs[:, 4], k)
-        tokens[first] = runs[:, 3]
-        count = np.repeat(runs[:, 6].astype(np.int32), k)
-        count[first] = runs[:, 5]
-        del self._t1[:], self._waiting[:], self._runs[:]
+        waiting = np.frombuffer(self._waiting, dtype=np.int64).astype(np.float64)
+        r_len, r_seqs, r_tokens, r_tokens_rest, r_count, r_count_rest = (
+            np.frombuffer(a, dtype=np.int64) for a in self._r_ints)
+        k, first, t0 = expand_runs(t1, r_len, np.frombuffer(self._r_start, dtype=np.float64))
+        seqs = np.repeat(r_seqs, k)
+        tokens = np.repeat(r_tokens_rest.astype(np.float64), k)
+        tokens[first] = r_tokens
+        count = np.repeat(r_count_rest.astype(np.int32), k)
+        count[first] = r_count
+        del r_len, r_seqs, r_tokens, r_tokens_rest, r_count, r_count_rest  # views: let go first
+        for col in (self._t1, self._waiting, self._r_start, *self._r_ints):
+            del col[:]
         self._steps_flushed += len(t1)
         self._sum_batch += int(seqs.sum())
         self._step_end.append(t1)
