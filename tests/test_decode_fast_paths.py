@@ -4,7 +4,8 @@ A roofline model's decode step as a function of the KV tokens against its
 ``step_time``; the engine's runs with it against step-by-step simulation;
 finishing requests together against one by one; giving slots back together
 against one at a time; the linear count of distinct ids against
-``np.unique``; and a summary without group keys against the group pass.
+``np.unique``; a summary without group keys against the group pass; and a
+step series that merges only its newest rows against one that rebins all.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from orcasim.latency.roofline import RooflineLatency
 from orcasim.metrics import summary as summary_mod
 from orcasim.metrics.recorder import Recorder
 from orcasim.metrics.request_rows import distinct_count
+from orcasim.metrics.series import BinnedSeries, rebin
 from orcasim.plan import StepPlan
 from orcasim.registry import latency_models
 from orcasim.request import Request, RequestState
@@ -159,3 +161,39 @@ def test_summary_without_classes_tenants_or_reasons_skips_no_key(monkeypatch, ov
     assert calls  # the group pass ran, and added nothing
     assert list(full) == list(quick)
     np.testing.assert_equal(full, quick)
+
+
+class AllRows(BinnedSeries):
+    """Rebins every row at each block (the series without its shortcut)."""
+
+    def add_columns(self, t0, t1, columns):
+        dt = t1 - t0
+        raw = {"t_start": t0, "t_end": t1, "num_steps": np.ones_like(t0), "busy": dt}
+        for v, col in zip(self.values, columns, strict=True):
+            raw[f"{v}_dt"] = col * dt
+        agg = {f: np.concatenate([self._agg[f], raw[f]]) for f in self._fields}
+        self._agg, self.width = rebin(agg, self.width, self.capacity)
+
+
+@pytest.mark.parametrize("capacity,blocks", [
+    (16, [16] * 40),  # the recorder's blocks: whole bins while the width is at most a block
+    (16, [3, 16, 5, 1, 16, 16, 7, 30, 2] * 6),  # any sizes: bins left partial between blocks
+    (4096, [4096] * 3),
+    (5, [1] * 50),
+])
+def test_series_merging_only_its_last_rows_is_rebinning_them_all(capacity, blocks):
+    rng = np.random.default_rng(3)
+    quick, full = BinnedSeries(("a", "b"), capacity), AllRows(("a", "b"), capacity)
+    t = 0.0
+    for size in blocks:
+        d = rng.exponential(0.01, size)
+        t1 = t + np.cumsum(d)
+        t0 = np.concatenate([[t], t1[:-1]])
+        cols = [rng.integers(1, 64, size).astype(float), rng.exponential(100.0, size)]
+        quick.add_columns(t0, t1, cols)
+        full.add_columns(t0, t1, cols)
+        t = t1[-1]
+        assert quick.width == full.width
+        for f, a in full._agg.items():
+            np.testing.assert_array_equal(quick._agg[f], a, err_msg=f)
+    assert full.width > 1

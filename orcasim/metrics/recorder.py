@@ -98,8 +98,8 @@ class Recorder(RequestRows):
         The same rows as :meth:`record_step` once per step.
         """
         t1 = self._t1
-        t1.extend(ends)
-        self._waiting.extend(num_waiting)
+        t1.fromlist(ends)  # (from a list: twice as fast as extend)
+        self._waiting.fromlist(num_waiting)
         start, length, seqs, tokens, tokens_rest, count, count_rest = self._r_appends
         start(t_start)
         length(len(ends))
