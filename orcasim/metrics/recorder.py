@@ -116,15 +116,15 @@ class Recorder(RequestRows):
             return
         t1 = np.array(self._t1, dtype=np.float64)
         waiting = np.frombuffer(self._waiting, dtype=np.int64).astype(np.float64)
-        r_len, r_seqs, r_tokens, r_tokens_rest, r_count, r_count_rest = (
-            np.frombuffer(a, dtype=np.int64) for a in self._r_ints)
-        k, first, t0 = expand_runs(t1, r_len, np.frombuffer(self._r_start, dtype=np.float64))
+        # copies, not views: the buffers are emptied below, which a view would forbid
+        r_len, r_seqs, r_tokens, r_tokens_rest, r_count, r_count_rest = [
+            np.frombuffer(a, dtype=np.int64).copy() for a in self._r_ints]
+        k, first, t0 = expand_runs(t1, r_len, np.array(self._r_start, dtype=np.float64))
         seqs = np.repeat(r_seqs, k)
         tokens = np.repeat(r_tokens_rest.astype(np.float64), k)
         tokens[first] = r_tokens
         count = np.repeat(r_count_rest.astype(np.int32), k)
         count[first] = r_count
-        del r_len, r_seqs, r_tokens, r_tokens_rest, r_count, r_count_rest  # views: let go first
         for col in (self._t1, self._waiting, self._r_start, *self._r_ints):
             del col[:]
         self._steps_flushed += len(t1)
