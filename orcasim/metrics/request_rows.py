@@ -74,7 +74,6 @@ class RequestRows:
                                 f["first_token"].append, f["finish"].append,
                                 *(i[c].append for c in REQUEST_INT_COLUMNS))
 
-
     def record_request(self, req: Request) -> None:
         """Append ``req``'s final row."""
         (arrival, first_scheduled, first_token, finish, rid, prompt_len, output_len,
