@@ -52,5 +52,5 @@ class LatencyModel:
     def decode_step(self, num_seqs: int) -> Callable[[int], float] | None:
         """``f`` with ``f(T) == step_time(StepPlan(num_seqs, T))`` exactly for every ``T``, or
         ``None``: a model without :meth:`decode_coefficients` can still spare the engine a
-        plan per step of a run."""
+        plan per step of a run. Like the coefficients, asked once per batch size and run."""
         return None
