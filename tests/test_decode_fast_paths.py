@@ -2,10 +2,10 @@
 
 A roofline model's decode step as a function of the KV tokens against its
 ``step_time``; the engine's runs with it against step-by-step simulation;
-finishing requests together against one by one; giving slots back together
-against one at a time; the linear count of distinct ids against
-``np.unique``; a summary without group keys against the group pass; and a
-step series that merges only its newest rows against one that rebins all.
+finishing requests together against one by one; the linear count of
+distinct ids against ``np.unique``; a summary without group keys against
+the group pass; and a step series that merges only its newest rows against
+one that rebins all.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from orcasim.metrics.series import BinnedSeries, rebin
 from orcasim.plan import StepPlan
 from orcasim.registry import latency_models
 from orcasim.request import Request, RequestState
-from orcasim.sched.slots import SlotPool
 from orcasim.spec import build_spec
 from tests.test_batch_runs import assert_identical, run_both
 
@@ -109,25 +108,6 @@ def test_finish_all_is_finish_one_by_one(on_end):
     assert (count, reserved, served, fired) == (1, 1, True, True)  # the getter holds one
     assert ended == ([0, 1, 2] if on_end else [])
     assert states == [(RequestState.FINISHED, 2.5, 2.5)] * 3
-
-
-@pytest.mark.parametrize("getters", [0, 1, 3])
-def test_release_of_n_slots_is_n_releases(getters):
-    def run(n_at_once: bool):
-        env = simpy.Environment()
-        pool = SlotPool(env, 4)
-        pool.count = 4
-        reqs = [pool.request(priority=p) for p in range(getters)]
-        freed = pool.freed
-        if n_at_once:
-            pool.release(3)
-        else:
-            for _ in range(3):
-                pool.release()
-        env.run()
-        return pool.count, pool.reserved, [g.triggered for g in reqs], freed.processed
-
-    assert run(True) == run(False)
 
 
 @pytest.mark.parametrize("ids", [

@@ -102,10 +102,9 @@ class SlotPool:
             raise SimulationError(f"request {req.label} was admitted with all "
                                   f"{self.capacity} batch slots taken")
 
-    def release(self, n: int = 1) -> None:
-        """``n`` running requests gave their slots back: serve waiting requests, then fire
-        ``freed`` (once: as ``n`` single releases, since firing only schedules the event)."""
-        self.count -= n
+    def release(self) -> None:
+        """A running request gave its slot back: serve a waiting request, then fire ``freed``."""
+        self.count -= 1
         if self._getters or self._freed is not None:  # someone waits: serve, fire freed
             self.released()
 
