@@ -91,14 +91,20 @@ class DecodeBatch:
             return []
         done: list[Request] = []
         pop = heapq.heappop
-        leave = self._leave
+        members = self._members
+        free = self._free_slots
         while heap and heap[0][0] == step:
             _, seq, req = pop(heap)
             if req._batch_seq != seq:  # removed earlier
                 continue
-            req.num_output_tokens = req.output_len
-            leave(req)
+            req.num_output_tokens = out = req.output_len  # leaves (as _leave does)
+            del members[seq]
+            req._batch_seq = -1
+            self.num_kv_tokens -= req.prompt_len + out
+            heapq.heappush(free, req.slot)
+            req.slot = -1
             done.append(req)
+        self.size -= len(done)
         return done
 
     def first_finish(self) -> int:

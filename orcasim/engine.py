@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 
 import simpy
 from simpy.events import NORMAL
@@ -89,6 +89,10 @@ class Engine:
         self.waiting_on: simpy.Event | None = None
         #: the run in flight: (first plan, its latency, busy time before, decode_run, ends)
         self._run: tuple | None = None
+        #: the latency model's decode coefficients and step functions by batch size (it gives
+        #: the same each time)
+        self._coef: dict[int, tuple[float, float] | None] = {}
+        self._step: dict[int, Callable[[int], float] | None] = {}
         if (self.fast_paths and policy._runs and not policy.event_driven
                 and self._runs_allowed() and type(ctx.waiting) is deque and not ctx.waiting):
             ctx.source.release_lazily()  # type: ignore[union-attr]
@@ -152,7 +156,9 @@ class Engine:
                 if limit is None:
                     limit = float("inf")
                 append = ends.append
-                coef = self.latency.decode_coefficients(size)
+                coef = self._coef.get(size, ())
+                if coef == ():
+                    coef = self._coef[size] = self.latency.decode_coefficients(size)
                 if coef is not None and coef[0] > 0.0:  # a + c * kv, c >= 0: every step > 0
                     a, c = coef
                     for _ in range(max_steps - 1):
@@ -163,11 +169,14 @@ class Engine:
                         if t >= limit:
                             break
                         kv += size
-                else:
-                    step_time = self.latency.step_time
-                    plan = StepPlan(size, kv)
+                else:  # step by step: the model's time of a decode step of this batch
+                    step = self._step.get(size, ())
+                    if step == ():
+                        step = self._step[size] = self.latency.decode_step(size)
+                    if step is None:
+                        step = self._plan_step(size)
                     for _ in range(max_steps - 1):
-                        d = step_time(plan)
+                        d = step(kv)
                         if not d > 0.0:
                             raise SimulationError(
                                 f"latency model {self.latency.type_name!r} returned a step "
@@ -177,8 +186,20 @@ class Engine:
                         append(t)
                         if t >= limit:
                             break
-                        plan.num_kv_tokens += size
+                        kv += size
         return ends, busy
+
+    def _plan_step(self, size: int) -> Callable[[int], float]:
+        """The latency of a decode step of ``size`` sequences reading ``kv`` KV tokens, from
+        the plan of its aggregates (for a model that offers no :meth:`decode_step`)."""
+        plan = StepPlan(size, 0)
+        step_time = self.latency.step_time
+
+        def step(kv: int) -> float:
+            plan.num_kv_tokens = kv
+            return step_time(plan)
+
+        return step
 
     def _cut_run(self, t0: float) -> tuple[float, float]:
         """The run in flight was interrupted: apply and record its steps that ended by now.
@@ -221,6 +242,8 @@ class Engine:
         group = self.group  # lockstep: each step waits for the group's, no runs or skips
         runs = getattr(policy, "decode_run", None) if (self.fast_paths and not trace
                                                        and group is None) else None
+        complete_run = getattr(policy, "complete_run", None)
+        record_run = rec.record_run
         queue = env._queue
         # with nothing else in SimPy's queue before the end of a step or run, waiting for it
         # is moving the clock there: the engine does that itself (not in real time, where the
@@ -282,8 +305,9 @@ class Engine:
                 t0 = env._now
                 num_waiting = len(ctx.waiting)
                 run = None
+                src = ctx.source
                 if (runs is not None and ctx.gate is None and ctx._step_end is None
-                        and ctx.clients is None and type(ctx.source) is OpenLoopSource):
+                        and ctx.clients is None and type(src) is OpenLoopSource):
                     run = runs(plan)  # the conditions of _runs_allowed, inline: once per step
                     if (run is not None and plan.scheduled is not None
                             and not self.latency.decode_by_aggregates
@@ -291,7 +315,7 @@ class Engine:
                         run = None  # the model may read the listed requests: step by step
                 if run is not None:  # the batch runs unchanged for len(ends) steps
                     ends, run_busy = self._run_ends(t0, dt, busy, run)
-                    waits = ctx.source.queued_by(num_waiting, ends)  # type: ignore[union-attr]
+                    waits = src.queued_by(num_waiting, ends)  # type: ignore[union-attr]
                     t1 = ends[-1]
                     ctx.busy_until = t1
                     if skip and (not queue or queue[0][0] > t1):
@@ -301,7 +325,10 @@ class Engine:
                         self._run = (plan, dt, busy, run, ends, waits)
                         yield Until(env, t1)
                         self._run = None
-                    self._record_run(plan, t0, ends, waits, run[0])
+                    complete_run(plan, ends)  # the policy takes the run, then the recorder
+                    ctx.last_step_end = t1
+                    record_run(t0, ends, plan.num_seqs, (plan.num_tokens, run[0]), waits,
+                               (plan.num_itl_tokens, run[0]))
                     prev_end = t1
                     self.busy_time = busy = run_busy
                     continue

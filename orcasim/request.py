@@ -23,6 +23,7 @@ class RequestState(IntEnum):
 
 
 FINAL_STATES = (RequestState.FINISHED, RequestState.REJECTED, RequestState.ABORTED)
+_WAITING = RequestState.WAITING  # (a module constant: an enum's member is slow to look up)
 
 
 class Request:
@@ -115,7 +116,7 @@ class Request:
         self.session: str | None = None  # multi-turn conversation id
         self.patience: float | None = None  # the client gives up without a first token by then
         self.timeout: float | None = None  # the client gives up without the end by then
-        self.state = RequestState.WAITING
+        self.state = _WAITING
         self.reason: str | None = None
         self.num_output_tokens = 0
         self.num_computed_tokens = 0

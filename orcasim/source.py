@@ -106,7 +106,8 @@ class Backlog:
         if i >= self._hi:
             raise IndexError("pop from an empty queue")
         self._lo = i + 1
-        return self._source._request(i, self._source._arrival[i])
+        src = self._source
+        return src._request(i, src._arrival[i])
 
     def appendleft(self, req: Request) -> None:
         self._head.appendleft(req)

@@ -8,6 +8,7 @@ a run is a finite number.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, ClassVar
 
 from pydantic import Field
@@ -65,3 +66,9 @@ class LatencyModel:
         sees, ``gather_tokens`` the largest engine's; this default knows none of them and
         costs the engine's own batch."""
         return self.step_time(plan if plan is not None else DUMMY_PLAN)
+
+    def decode_step(self, num_seqs: int) -> Callable[[int], float] | None:
+        """``f`` with ``f(T) == step_time(StepPlan(num_seqs, T))`` exactly for every ``T``, or
+        ``None``: a model without :meth:`decode_coefficients` can still spare the engine a
+        plan per step of a run. Like the coefficients, asked once per batch size and run."""
+        return None

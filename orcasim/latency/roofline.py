@@ -27,6 +27,8 @@ and kernel launch gaps beyond ``overhead`` are ignored.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pydantic import Field, model_validator
 
 from orcasim.hardware import GPUSpec, ModelSpec
@@ -172,3 +174,28 @@ class RooflineLatency(LatencyModel):
         if comm:
             t += comm / self.allreduce_rate
         return t
+
+    def decode_step(self, num_seqs: int) -> Callable[[int], float] | None:
+        """:meth:`step_time` of an all-decode plan of ``num_seqs`` sequences as a function of
+        its KV tokens: the terms that depend only on the batch are worked out once, and the
+        rest in :meth:`RooflineCost.terms`' order (tests compare the two)."""
+        cost = self.cost
+        if type(self).step_time is not RooflineLatency.step_time or type(cost) is not RooflineCost:
+            return None  # a subclass may count differently
+        b = num_seqs
+        f0, apf, tp = cost.flops_per_token * b, cost.attn_flops_per_pair, cost.tp
+        weights = cost.model.weight_bytes_read(b, tp) if cost.moe else cost.weight_bytes
+        kvb = cost.kv_bytes_per_token
+        fr, br, fixed = self.flops_rate, self.byte_rate, self.fixed
+        comm = cost.allreduce_bytes_per_token * b
+        extra = comm / self.allreduce_rate if comm else 0.0
+
+        def step_time(kv: int) -> float:
+            compute = (f0 + apf * float(kv + b)) / tp / fr
+            memory = (weights + kvb * (kv + b)) / br
+            t = (memory if memory > compute else compute) + fixed  # max(compute, memory)
+            if comm:
+                t += extra
+            return t
+
+        return step_time

@@ -1,66 +1,39 @@
 """The recorder: plain columns appended in the hot path, turned into arrays at the end.
 
 Per request it keeps one row, written when the request reaches its final
-state. Per step it keeps (a) the inter-token gap of the step and how many
-tokens had it, which is all that exact ITL percentiles need, and (b) a
-bounded, time-binned series of batch size, tokens and queue length for plots.
-The full per-step batch listing is kept only when asked for (``trace_steps``).
+state (:class:`~orcasim.metrics.request_rows.RequestRows`). Per step it
+keeps (a) the inter-token gap of the step and how many tokens had it, which
+is all that exact ITL percentiles need, and (b) a bounded, time-binned
+series of batch size, tokens and queue length for plots. The full per-step
+batch listing is kept only when asked for (``trace_steps``).
 """
 
 from __future__ import annotations
 
-import sys
 from array import array
-from typing import Any
 
 import numpy as np
 
 from orcasim.metrics.kv_series import KVSeries
-from orcasim.metrics.row_spill import RowSpill, SpilledColumns
+from orcasim.metrics.request_rows import RequestRows
 from orcasim.metrics.series import StepSeries, expand_runs
-from orcasim.request import FINAL_STATES, Request, RequestState
 
-_NAN = float("nan")
 #: steps per block when the gaps are computed in place from the step ends
 GAP_BLOCK = 1 << 20
 #: flushed blocks of steps merged into one array (of about a million steps)
 MERGE_BLOCKS = 256
 
-REQUEST_FLOAT_COLUMNS = ("arrival", "first_scheduled", "first_token", "finish")
-REQUEST_INT_COLUMNS = (
-    "id",
-    "prompt_len",
-    "output_len",
-    "num_output_tokens",
-    "num_preemptions",
-    "priority",
-    "state",
-)
 
-
-class Recorder:
+class Recorder(RequestRows):
     """Collects a run's per-request rows, ITL samples and step series."""
 
     def __init__(self, trace_steps: bool = False, series_capacity: int = 4096,
                  spill_rows: int | None = None, expected_rows: int = 0) -> None:
+        super().__init__(spill_rows, expected_rows)
         self.num_arrived = 0
-        # with spill_rows: every block of that many rows goes to a RowSpill (on disk, in id
-        # order) as it fills; see orcasim.metrics.row_spill
-        self._spill_at = spill_rows or sys.maxsize
-        self._expected_rows = expected_rows  # how many rows the spill makes room for
-        self._spill: RowSpill | None = None
         self._steps_flushed = 0
         self._sum_batch = 0
-        self._taken = 0  # rows handed over by request_columns(take=True)
         self._steps_taken = False  # step ends handed over by itl_samples(take=True)
-        self._f = {c: array("d") for c in REQUEST_FLOAT_COLUMNS}
-        self._i = {c: array("q") for c in REQUEST_INT_COLUMNS}
-        # string columns, sparse (row -> value; most are None)
-        self._name: dict[int, str] = {}
-        self._tenant: dict[int, str] = {}
-        self._cls: dict[int, str] = {}
-        self._reason: dict[int, str] = {}
-        self._bind_appends()
         # per step, kept for the whole run (12 bytes a step): its end and its ITL token count;
         # a step's gap is its end minus the previous step's end (0 before the first)
         self._step_end: list[np.ndarray] = []
@@ -68,17 +41,14 @@ class Recorder:
         self._steps_merged = 0  # leading entries of those lists that are merged blocks
         self._extra_itl: list[tuple[float, int, int]] = []
         # steps not yet flushed: per step its end and queue length; per run of steps with one
-        # batch (a single step is a run of one) its start, length, batch size, and tokens and
-        # ITL count of its first and later steps
+        # batch (a single step is a run of one) its start, and its length, batch size, and
+        # tokens and ITL count of its first and later steps (appended column by column: the
+        # cheapest way from Python numbers to arrays)
         self._t1 = array("d")
         self._waiting = array("q")
         self._r_start = array("d")
-        self._r_len = array("q")
-        self._r_seqs = array("q")
-        self._r_tokens = array("q")
-        self._r_tokens_rest = array("q")
-        self._r_count = array("q")
-        self._r_count_rest = array("q")
+        self._r_ints = tuple(array("q") for _ in range(6))  # length, seqs, tokens, count
+        self._r_appends = (self._r_start.append, *(a.append for a in self._r_ints))
         self._buf_cap = max(16, series_capacity)
         self.series = StepSeries(series_capacity)
         # steps flushed but not yet in the series: it takes them in blocks of _buf_cap steps,
@@ -87,67 +57,6 @@ class Recorder:
         self.trace_steps = trace_steps
         self.kv: KVSeries | None = None  # KV memory use per step, when the run models memory
         self.steps: list[tuple[int, float, float, tuple[str | None, ...]]] = []
-
-    def _bind_appends(self) -> None:
-        f, i = self._f, self._i
-        self._appends: tuple = (f["arrival"].append, f["first_scheduled"].append,
-                                f["first_token"].append, f["finish"].append,
-                                *(i[c].append for c in REQUEST_INT_COLUMNS))
-
-    # -- hot path -----------------------------------------------------------
-    def record_request(self, req: Request) -> None:
-        """Append ``req``'s final row."""
-        (arrival, first_scheduled, first_token, finish, rid, prompt_len, output_len,
-         num_output_tokens, num_preemptions, priority, state) = self._appends
-        row = len(self._i["id"])
-        arrival(req.arrival)
-        first_scheduled(_NAN if req.first_scheduled is None else req.first_scheduled)
-        first_token(_NAN if req.first_token is None else req.first_token)
-        finish(_NAN if req.finish is None else req.finish)
-        rid(req.id)
-        prompt_len(req.prompt_len)
-        output_len(req.output_len)
-        num_output_tokens(req.num_output_tokens)
-        num_preemptions(req.num_preemptions)
-        priority(req.priority)
-        state(req.state)
-        if req.name is not None:
-            self._name[row] = req.name
-        if req.tenant is not None:
-            self._tenant[row] = req.tenant
-        if req.cls is not None:
-            self._cls[row] = req.cls
-        if req.reason is not None:
-            self._reason[row] = req.reason
-        if row + 1 >= self._spill_at:
-            self._spill_block()
-
-    def _spill_block(self) -> None:
-        """Hand the rows held so far to the spill (started on the first block)."""
-        if self._spill is None:
-            self._spill = RowSpill(self._expected_rows)
-        self._spill.add(self._take_block())
-
-    def _take_block(self) -> dict[str, np.ndarray]:
-        """The rows held, in the order recorded, as numpy columns (strings as object arrays);
-        the recorder lets go of them."""
-        n = len(self._i["id"])
-        block: dict[str, np.ndarray] = {}
-        for c, a in self._i.items():
-            block[c] = np.frombuffer(a, dtype=np.int64).copy() if a else np.zeros(0, np.int64)
-        for c, a in self._f.items():
-            block[c] = np.frombuffer(a, dtype=np.float64).copy() if a else np.zeros(0)
-        for c, sparse in (("name", self._name), ("tenant", self._tenant), ("cls", self._cls),
-                          ("reason", self._reason)):
-            col = np.full(n, None, dtype=object)
-            for k, v in sparse.items():
-                col[k] = v
-            block[c] = col
-            sparse.clear()
-        self._f = {c: array("d") for c in REQUEST_FLOAT_COLUMNS}
-        self._i = {c: array("q") for c in REQUEST_INT_COLUMNS}
-        self._bind_appends()
-        return block
 
     def record_step(
         self,
@@ -162,13 +71,14 @@ class Recorder:
         inter-token gap (its end minus the previous step's end)."""
         self._t1.append(t_end)
         self._waiting.append(num_waiting)
-        self._r_start.append(t_start)
-        self._r_len.append(1)
-        self._r_seqs.append(num_seqs)
-        self._r_tokens.append(num_tokens)
-        self._r_tokens_rest.append(num_tokens)
-        self._r_count.append(itl_count)
-        self._r_count_rest.append(itl_count)
+        start, length, seqs, tokens, tokens_rest, count, count_rest = self._r_appends
+        start(t_start)
+        length(1)
+        seqs(num_seqs)
+        tokens(num_tokens)
+        tokens_rest(num_tokens)
+        count(itl_count)
+        count_rest(itl_count)
         if len(self._t1) >= self._buf_cap:
             self._flush()
 
@@ -187,31 +97,35 @@ class Recorder:
         ``num_waiting`` holds the queue length at the start of each step.
         The same rows as :meth:`record_step` once per step.
         """
-        self._t1.extend(ends)
-        self._waiting.extend(num_waiting)
-        self._r_start.append(t_start)
-        self._r_len.append(len(ends))
-        self._r_seqs.append(num_seqs)
-        self._r_tokens.append(num_tokens[0])
-        self._r_tokens_rest.append(num_tokens[1])
-        self._r_count.append(itl_count[0])
-        self._r_count_rest.append(itl_count[1])
-        if len(self._t1) >= self._buf_cap:
+        t1 = self._t1
+        t1.fromlist(ends)  # (from a list: twice as fast as extend)
+        self._waiting.fromlist(num_waiting)
+        start, length, seqs, tokens, tokens_rest, count, count_rest = self._r_appends
+        start(t_start)
+        length(len(ends))
+        seqs(num_seqs)
+        tokens(num_tokens[0])
+        tokens_rest(num_tokens[1])
+        count(itl_count[0])
+        count_rest(itl_count[1])
+        if len(t1) >= self._buf_cap:
             self._flush()
 
     def _flush(self) -> None:
         if not self._t1:
             return
         t1 = np.array(self._t1, dtype=np.float64)
-        waiting = np.array(self._waiting, dtype=np.float64)
-        k, first, t0 = expand_runs(t1, self._r_len, self._r_start)
-        seqs = np.repeat(np.array(self._r_seqs, dtype=np.int64), k)
-        tokens = np.repeat(np.array(self._r_tokens_rest, dtype=np.float64), k)
-        tokens[first] = self._r_tokens
-        count = np.repeat(np.array(self._r_count_rest, dtype=np.int32), k)
-        count[first] = self._r_count
-        for col in (self._t1, self._waiting, self._r_start, self._r_len, self._r_seqs,
-                    self._r_tokens, self._r_tokens_rest, self._r_count, self._r_count_rest):
+        waiting = np.frombuffer(self._waiting, dtype=np.int64).astype(np.float64)
+        # copies, not views: the buffers are emptied below, which a view would forbid
+        r_len, r_seqs, r_tokens, r_tokens_rest, r_count, r_count_rest = [
+            np.frombuffer(a, dtype=np.int64).copy() for a in self._r_ints]
+        k, first, t0 = expand_runs(t1, r_len, np.array(self._r_start, dtype=np.float64))
+        seqs = np.repeat(r_seqs, k)
+        tokens = np.repeat(r_tokens_rest.astype(np.float64), k)
+        tokens[first] = r_tokens
+        count = np.repeat(r_count_rest.astype(np.int32), k)
+        count[first] = r_count
+        for col in (self._t1, self._waiting, self._r_start, *self._r_ints):
             del col[:]
         self._steps_flushed += len(t1)
         self._sum_batch += int(seqs.sum())
@@ -268,84 +182,6 @@ class Recorder:
         self.steps.append((self.num_steps, t_start, t_end, labels))
 
     # -- end of run ---------------------------------------------------------
-    @property
-    def num_recorded(self) -> int:
-        spilled = self._spill.num_rows if self._spill is not None else 0
-        return len(self._i["id"]) + self._taken + spilled
-
-    def state_counts(self) -> dict[RequestState, int]:
-        """Recorded requests by final state."""
-        states = np.frombuffer(self._i["state"], dtype=np.int64) if self._i["state"] else \
-            np.zeros(0, np.int64)
-        spilled = self._spill.state_counts if self._spill is not None else None
-        return {s: int((states == int(s)).sum()) + (int(spilled[s]) if spilled is not None
-                                                    else 0) for s in FINAL_STATES}
-
-    def num_distinct_ids(self) -> int:
-        """Distinct request ids among the recorded rows (each request must end once)."""
-        if self._spill is not None:
-            return self._spill.num_distinct_ids(self._i["id"])
-        return int(np.unique(np.frombuffer(self._i["id"], dtype=np.int64)).size) \
-            if self._i["id"] else 0
-
-    def request_columns(self, take: bool = False) -> dict[str, Any] | SpilledColumns:
-        """Per-request columns as numpy arrays (and lists for strings), sorted by request id.
-
-        With ``take`` the rows leave the recorder column by column as they are
-        copied (at millions of requests the run's end then holds them once, not
-        twice); :attr:`num_recorded` still counts them. A recorder that streamed
-        rows to disk (``spill_rows``) hands over :class:`SpilledColumns`, which
-        it can do once, with ``take``.
-        """
-        if self._spill is not None:
-            if not take:
-                raise ValueError("the rows were streamed to disk: take them "
-                                 "(request_columns(take=True)), once")
-            spill, self._spill = self._spill, None
-            n = len(self._i["id"])
-            cols = spill.finish(self._take_block() if n else None)
-            self._taken += spill.num_rows
-            return cols
-        ids = np.frombuffer(self._i["id"], dtype=np.int64) if self._i["id"] else np.zeros(0, int)
-        order = np.argsort(ids, kind="stable")
-        del ids
-        cols: dict[str, Any] = {}
-        if take:  # each column's array is dropped once copied (a view may still hold it)
-            self._appends = ()
-        for c in list(self._i):  # read in place, copied once, in id order
-            a = self._i[c]
-            cols[c] = np.frombuffer(a, dtype=np.int64)[order] if a else np.zeros(0, np.int64)
-            if take:
-                self._i[c] = array("q")
-        for c in list(self._f):
-            a = self._f[c]
-            cols[c] = np.frombuffer(a, dtype=np.float64)[order] if a else np.zeros(0)
-            if take:
-                self._f[c] = array("d")
-        del a
-        if take:
-            self._bind_appends()
-        n = len(order)
-        nones = [None] * n  # one list for every column without a value (read only)
-        where = None  # each row's position in id order
-        for c, sparse in (("name", self._name), ("tenant", self._tenant), ("cls", self._cls),
-                          ("reason", self._reason)):
-            if not sparse:
-                cols[c] = nones
-                continue
-            if where is None:
-                where = np.empty(n, dtype=np.int64)
-                where[order] = np.arange(n)
-            col = [None] * n
-            for k, v in sparse.items():
-                col[where[k]] = v
-            cols[c] = col
-            if take:
-                sparse.clear()
-        if take:
-            self._taken += n
-        return cols
-
     def _steps(self, take: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Every step's end and ITL token count (flushed first); with ``take`` the recorder
         lets go of each block of steps once copied."""

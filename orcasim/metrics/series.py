@@ -54,8 +54,21 @@ class BinnedSeries:
         raw = {"t_start": t0, "t_end": t1, "num_steps": np.ones_like(t0), "busy": dt}
         for v, col in zip(self.values, columns, strict=True):
             raw[f"{v}_dt"] = col * dt
-        agg = {f: np.concatenate([self._agg[f], raw[f]]) for f in self._fields}
-        self._agg, self.width = rebin(agg, self.width, self.capacity)
+        old = self._agg
+        n = len(old["num_steps"])
+        width = self.width
+        done = int(old["num_steps"].sum())  # steps in the rows so far
+        if n and width > 1 and (done + len(t0) - 1) // width < self.capacity:
+            # the width stays, so only a partial last row can take in new steps: merge the
+            # rows from it on (the same sums, over the same rows, as rebin over them all)
+            keep = n if done % width == 0 else n - 1
+            first = done - int(old["num_steps"][keep:].sum())
+            tail = {f: np.concatenate([old[f][keep:], raw[f]]) for f in self._fields}
+            tail = merge_rows(tail, width, first)
+            self._agg = {f: np.concatenate([old[f][:keep], tail[f]]) for f in self._fields}
+            return
+        agg = {f: np.concatenate([old[f], raw[f]]) for f in self._fields}
+        self._agg, self.width = rebin(agg, width, self.capacity)
 
     def totals(self) -> dict[str, float]:
         """Sums over the run: ``num_steps``, ``busy`` seconds and each ``<value>_dt`` integral."""
@@ -115,9 +128,20 @@ def rebin(
         if not len(group):
             return agg, width
         width *= 2
+    return merge_rows(agg, width, 0, group), width
+
+
+def merge_rows(agg: dict[str, np.ndarray], width: int, first: int,
+               group: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Merge rows that fall into the same bin of ``width`` steps, the first row starting at
+    step ``first`` (``group``: each row's bin, when known)."""
+    if group is None:
+        steps = agg["num_steps"]
+        start = np.concatenate([[0.0], np.cumsum(steps)[:-1]]) + first
+        group = (start // width).astype(np.int64)
     starts = np.flatnonzero(np.diff(group, prepend=-1))
     if len(starts) == len(group):
-        return agg, width
+        return agg
     ends = np.concatenate([starts[1:], [len(group)]]) - 1
     out: dict[str, np.ndarray] = {}
     for f, a in agg.items():
@@ -127,4 +151,4 @@ def rebin(
             out[f] = a[ends]
         else:
             out[f] = np.add.reduceat(a, starts)
-    return out, width
+    return out

@@ -157,8 +157,15 @@ def summarize(
     out["busy_fraction"] = busy_time / makespan if makespan > 0 else float("nan")
     if slots:
         out["slot_utilisation"] = sum_batch / (num_steps * slots) if num_steps else float("nan")
-    out.update(group_summary(cols, lat, makespan, met, inside))
+    if out["num_rejected"] or out["num_aborted"] or not all(
+            _all_none(cols[c]) for c in ("cls", "tenant", "reason")):
+        out.update(group_summary(cols, lat, makespan, met, inside))
     return out
+
+
+def _all_none(col: Any) -> bool:
+    """Whether a string column holds no value (then it adds no group keys to a summary)."""
+    return isinstance(col, list) and col.count(None) == len(col)
 
 
 def percentile_label(q: float) -> str:

@@ -164,9 +164,13 @@ class DecodeOnlyPolicy(Policy, DecodeRuns):
 
     def join_fcfs(self, room: int) -> None:
         """:meth:`join` the first ``room`` waiting requests (or all, if fewer wait)."""
+        if room <= 0:
+            return
         waiting = self.ctx.waiting
         n = min(room, len(waiting))
-        if n > 0:
+        if n == 1:  # the usual case: one finished, the next one joins
+            self.join(waiting.popleft())
+        elif n > 1:
             join = self.join
             popleft = waiting.popleft
             for _ in range(n):
@@ -256,9 +260,7 @@ class DecodeOnlyPolicy(Policy, DecodeRuns):
 
     def finished(self, reqs: list[Request], t_end: float) -> None:
         """``reqs`` emitted their last token at ``t_end`` and left the batch."""
-        finish = self.ctx.finish
-        for req in reqs:
-            finish(req, t_end)
+        self.ctx.finish_all(reqs, t_end)
 
     def running_requests(self) -> Iterable[Request]:
         if self._deferred:

@@ -1,0 +1,207 @@
+"""A run's per-request rows: appended as requests end, handed over as numpy columns.
+
+One row per request, written when it reaches its final state (finished,
+rejected or aborted): numbers in typed arrays, one per column, and the
+string columns sparse (most requests have no name, tenant, class or reason).
+With ``spill_rows``, every block of that many rows goes to a
+:class:`~orcasim.metrics.row_spill.RowSpill` on disk as it fills.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from typing import Any
+
+import numpy as np
+
+from orcasim.metrics.row_spill import RowSpill, SpilledColumns
+from orcasim.request import FINAL_STATES, Request, RequestState
+
+_NAN = float("nan")
+
+REQUEST_FLOAT_COLUMNS = ("arrival", "first_scheduled", "first_token", "finish")
+REQUEST_INT_COLUMNS = (
+    "id",
+    "prompt_len",
+    "output_len",
+    "num_output_tokens",
+    "num_preemptions",
+    "priority",
+    "state",
+)
+
+
+def distinct_count(ids: np.ndarray) -> int:
+    """How many distinct values the integer array ``ids`` holds.
+
+    Request ids are dense (a workload's row numbers), so a mark per id in
+    their range counts them in linear time; a sparse range falls back to
+    sorting.
+    """
+    if not ids.size:
+        return 0
+    lo, hi = int(ids.min()), int(ids.max())
+    if hi - lo > 4 * ids.size:
+        return int(np.unique(ids).size)
+    seen = np.zeros(hi - lo + 1, dtype=bool)
+    seen[ids - lo] = True
+    return int(np.count_nonzero(seen))
+
+
+class RequestRows:
+    """The per-request rows of a :class:`~orcasim.metrics.recorder.Recorder`."""
+
+    def __init__(self, spill_rows: int | None = None, expected_rows: int = 0) -> None:
+        # with spill_rows: every block of that many rows goes to a RowSpill (on disk, in id
+        # order) as it fills; see orcasim.metrics.row_spill
+        self._spill_at = spill_rows or sys.maxsize
+        self._expected_rows = expected_rows  # how many rows the spill makes room for
+        self._spill: RowSpill | None = None
+        self._taken = 0  # rows handed over by request_columns(take=True)
+        self._f = {c: array("d") for c in REQUEST_FLOAT_COLUMNS}
+        self._i = {c: array("q") for c in REQUEST_INT_COLUMNS}
+        # string columns, sparse (row -> value; most are None)
+        self._name: dict[int, str] = {}
+        self._tenant: dict[int, str] = {}
+        self._cls: dict[int, str] = {}
+        self._reason: dict[int, str] = {}
+        self._bind_appends()
+
+    def _bind_appends(self) -> None:
+        f, i = self._f, self._i
+        self._appends: tuple = (f["arrival"].append, f["first_scheduled"].append,
+                                f["first_token"].append, f["finish"].append,
+                                *(i[c].append for c in REQUEST_INT_COLUMNS))
+
+    def record_request(self, req: Request) -> None:
+        """Append ``req``'s final row."""
+        (arrival, first_scheduled, first_token, finish, rid, prompt_len, output_len,
+         num_output_tokens, num_preemptions, priority, state) = self._appends
+        row = len(self._i["id"])
+        arrival(req.arrival)
+        first_scheduled(_NAN if req.first_scheduled is None else req.first_scheduled)
+        first_token(_NAN if req.first_token is None else req.first_token)
+        finish(_NAN if req.finish is None else req.finish)
+        rid(req.id)
+        prompt_len(req.prompt_len)
+        output_len(req.output_len)
+        num_output_tokens(req.num_output_tokens)
+        num_preemptions(req.num_preemptions)
+        priority(req.priority)
+        state(req.state)
+        if req.name is not None:
+            self._name[row] = req.name
+        if req.tenant is not None:
+            self._tenant[row] = req.tenant
+        if req.cls is not None:
+            self._cls[row] = req.cls
+        if req.reason is not None:
+            self._reason[row] = req.reason
+        if row + 1 >= self._spill_at:
+            self._spill_block()
+
+    def _spill_block(self) -> None:
+        """Hand the rows held so far to the spill (started on the first block)."""
+        if self._spill is None:
+            self._spill = RowSpill(self._expected_rows)
+        self._spill.add(self._take_block())
+
+    def _take_block(self) -> dict[str, np.ndarray]:
+        """The rows held, in the order recorded, as numpy columns (strings as object arrays);
+        the recorder lets go of them."""
+        n = len(self._i["id"])
+        block: dict[str, np.ndarray] = {}
+        for c, a in self._i.items():
+            block[c] = np.frombuffer(a, dtype=np.int64).copy() if a else np.zeros(0, np.int64)
+        for c, a in self._f.items():
+            block[c] = np.frombuffer(a, dtype=np.float64).copy() if a else np.zeros(0)
+        for c, sparse in (("name", self._name), ("tenant", self._tenant), ("cls", self._cls),
+                          ("reason", self._reason)):
+            col = np.full(n, None, dtype=object)
+            for k, v in sparse.items():
+                col[k] = v
+            block[c] = col
+            sparse.clear()
+        self._f = {c: array("d") for c in REQUEST_FLOAT_COLUMNS}
+        self._i = {c: array("q") for c in REQUEST_INT_COLUMNS}
+        self._bind_appends()
+        return block
+
+    @property
+    def num_recorded(self) -> int:
+        spilled = self._spill.num_rows if self._spill is not None else 0
+        return len(self._i["id"]) + self._taken + spilled
+
+    def state_counts(self) -> dict[RequestState, int]:
+        """Recorded requests by final state."""
+        states = np.frombuffer(self._i["state"], dtype=np.int64) if self._i["state"] else \
+            np.zeros(0, np.int64)
+        spilled = self._spill.state_counts if self._spill is not None else None
+        return {s: int((states == int(s)).sum()) + (int(spilled[s]) if spilled is not None
+                                                    else 0) for s in FINAL_STATES}
+
+    def num_distinct_ids(self) -> int:
+        """Distinct request ids among the recorded rows (each request must end once)."""
+        if self._spill is not None:
+            return self._spill.num_distinct_ids(self._i["id"])
+        return distinct_count(np.frombuffer(self._i["id"], dtype=np.int64)) if self._i["id"] \
+            else 0
+
+    def request_columns(self, take: bool = False) -> dict[str, Any] | SpilledColumns:
+        """Per-request columns as numpy arrays (and lists for strings), sorted by request id.
+
+        With ``take`` the rows leave the recorder column by column as they are
+        copied (at millions of requests the run's end then holds them once, not
+        twice); :attr:`num_recorded` still counts them. A recorder that streamed
+        rows to disk (``spill_rows``) hands over :class:`SpilledColumns`, which
+        it can do once, with ``take``.
+        """
+        if self._spill is not None:
+            if not take:
+                raise ValueError("the rows were streamed to disk: take them "
+                                 "(request_columns(take=True)), once")
+            spill, self._spill = self._spill, None
+            n = len(self._i["id"])
+            cols = spill.finish(self._take_block() if n else None)
+            self._taken += spill.num_rows
+            return cols
+        ids = np.frombuffer(self._i["id"], dtype=np.int64) if self._i["id"] else np.zeros(0, int)
+        order = np.argsort(ids, kind="stable")
+        del ids
+        cols: dict[str, Any] = {}
+        if take:  # each column's array is dropped once copied (a view may still hold it)
+            self._appends = ()
+        for c in list(self._i):  # read in place, copied once, in id order
+            a = self._i[c]
+            cols[c] = np.frombuffer(a, dtype=np.int64)[order] if a else np.zeros(0, np.int64)
+            if take:
+                self._i[c] = array("q")
+        for c in list(self._f):
+            a = self._f[c]
+            cols[c] = np.frombuffer(a, dtype=np.float64)[order] if a else np.zeros(0)
+            if take:
+                self._f[c] = array("d")
+        del a
+        if take:
+            self._bind_appends()
+        n = len(order)
+        nones = [None] * n  # one list for every column without a value (read only)
+        where = None  # each row's position in id order
+        for c, sparse in (("name", self._name), ("tenant", self._tenant), ("cls", self._cls),
+                          ("reason", self._reason)):
+            if not sparse:
+                cols[c] = nones
+                continue
+            if where is None:
+                where = np.empty(n, dtype=np.int64)
+                where[order] = np.arange(n)
+            col = [None] * n
+            for k, v in sparse.items():
+                col[where[k]] = v
+            cols[c] = col
+            if take:
+                sparse.clear()
+        if take:
+            self._taken += n
+        return cols
