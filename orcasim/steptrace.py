@@ -187,21 +187,19 @@ class TraceWriter:
         if out.arrivals:
             arrivals = [r.label for r in out.arrivals]
             labels.update(zip(out.arrivals, arrivals, strict=True))
-        entries = []
-        for req, n, start, kind, emits in out.entries:
-            if kind == KIND_RUNNING:
-                entries.append({"id": label(req), "n": n, "start": start, "kind": "running",
-                                "emits": emits})
-            else:
-                entries.append({"id": label(req), "n": n, "start": start,
-                                "kind": KIND_NAMES[kind], "emits": emits, "cached": start})
+        # the harness's entry fields, in its order (an admission also gives its cached tokens)
+        entries = [{"id": label(req), "n": n, "start": start, "kind": "running", "emits": emits}
+                   if kind == KIND_RUNNING else
+                   {"id": label(req), "n": n, "start": start, "kind": KIND_NAMES[kind],
+                    "emits": emits, "cached": start}
+                   for req, n, start, kind, emits in out.entries]
         if self.block_tables:
             for e, entry in zip(entries, out.entries, strict=True):
                 e["blocks"] = kv.block_ids(entry[0])
         preempted = out.preempted
         waiting = policy.ctx.waiting
         line = {
-            "step": round(policy.ctx.env.now),
+            "step": round(policy.ctx.env._now),
             "arrivals": arrivals,
             "scheduled": entries,
             "num_batched_tokens": out.num_tokens,
@@ -228,6 +226,8 @@ def run_trace(workload: StepWorkload, *, block_tables: bool = False
     rec = Recorder()
     ctx = SchedulerContext(env, rec)
     policy = VllmV1(workload.params, ctx)
+    assert policy.pool is not None
+    policy.pool.series = rec.kv = None  # a trace has no memory series: none is kept
     writer = TraceWriter(block_tables)
     policy.observer = writer
     OpenLoopSource(env, ctx, workload.arrays())

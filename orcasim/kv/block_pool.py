@@ -55,9 +55,16 @@ class FreeBlockQueue:
         self._tail = Block(-2)
         self._head.next_free = self._tail
         self._tail.prev_free = self._head
-        self.num_free_blocks = 0
-        for b in blocks:
-            self.append(b)
+        prev = self._head
+        n = 0
+        for b in blocks:  # linked in one pass, as appending each in turn
+            prev.next_free = b
+            b.prev_free = prev
+            prev = b
+            n += 1
+        prev.next_free = self._tail
+        self._tail.prev_free = prev
+        self.num_free_blocks = n
 
     def __len__(self) -> int:
         return self.num_free_blocks

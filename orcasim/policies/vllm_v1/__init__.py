@@ -180,12 +180,14 @@ class VllmV1(VllmRuns, Scheduling, Output, TokenPolicy):
                                  pool=self.pool.block_pool if self.pool is not None else None)
         self.priority = params.policy == "priority"
         self.watermark_blocks = int(params.watermark * params.num_blocks)
+        self._set_limits()
         self.seqs: dict[int, Seq] = {}
         self._observer: StepObserver | None = None
         self._finished_since_schedule = False
         self._arrivals: list[Request] = []
         self._queue: deque[StepOutput] = deque()  # steps in flight, newest first
         self._queue_size = 2 if params.async_scheduling else 1
+        self._empty_steps = params.empty_steps
         self._lagged = params.async_scheduling and params.input_lag
         self._held: deque[Request] = deque()  # arrived, not yet taken (input_lag)
         self._scheduled_at = 0.0  # when the last schedule call ran
@@ -284,7 +286,7 @@ class VllmV1(VllmRuns, Scheduling, Output, TokenPolicy):
                 self._wait_on = None
                 return None
             if self.running or ctx.waiting or self._finished_since_schedule:  # has requests
-                self._scheduled_at = ctx.now
+                self._scheduled_at = ctx.env._now
                 out = self._schedule()
                 if self._observer is not None:
                     self._observer.scheduled(self, out)
@@ -296,7 +298,7 @@ class VllmV1(VllmRuns, Scheduling, Output, TokenPolicy):
                         self._update_at_end = True  # after the step has run
                     else:
                         self._update(oldest)
-                if out.num_tokens or self.params.empty_steps:
+                if out.num_tokens or self._empty_steps:
                     self._current = out
                     return self._plan(out)
                 # Nothing scheduled: in simulated time the call takes no time.
@@ -326,8 +328,9 @@ class VllmV1(VllmRuns, Scheduling, Output, TokenPolicy):
         assert out is not None and out.plan is plan
         out.t_end = t_end
         out.prev_end = self.ctx.last_step_end
-        if self.pool is not None:
-            self.pool.observe(t_start, t_end, plan.num_kv_tokens + out.num_tokens, False)
+        pool = self.pool
+        if pool is not None and pool.series is not None:
+            pool.observe(t_start, t_end, plan.num_kv_tokens + out.num_tokens, False)
         if self._update_at_end:
             self._update_at_end = False
             self._update(out, plan)

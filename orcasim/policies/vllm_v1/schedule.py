@@ -38,6 +38,7 @@ class Scheduling(PolicyState):
     _scheduled_at: float
     num_prompt_tokens_admitted: int
     num_prefix_hit_tokens: int
+    _limits: tuple[Any, ...]
 
     @staticmethod
     def _order(req: Request) -> tuple[int, float, int]:
@@ -110,6 +111,15 @@ class Scheduling(PolicyState):
         while held and held[0].arrival <= cutoff:
             waiting.append(held.popleft())
 
+    def _set_limits(self) -> None:
+        """Bind what every schedule call reads: the configuration and the cache manager's
+        tables (``_limits``)."""
+        p, kv = self.params, self.kv
+        self._limits = (p.max_num_batched_tokens, p.max_model_len - 1,
+                        p.long_prefill_token_threshold, p.async_scheduling, p.max_num_seqs,
+                        self.priority, kv.tables, kv.num_cached, kv.append_block, kv.block_size,
+                        kv.enable_caching)
+
     def _has_requests(self) -> bool:
         return bool(self.running or self.ctx.waiting or self._finished_since_schedule)
 
@@ -127,25 +137,18 @@ class Scheduling(PolicyState):
             self.pool.released()
 
     def _schedule(self) -> StepOutput:
-        p = self.params
         kv, seqs, running = self.kv, self.seqs, self.running
         waiting = self.ctx.waiting
-        budget = p.max_num_batched_tokens
-        last_slot = p.max_model_len - 1
-        threshold = p.long_prefill_token_threshold
+        # the configuration (fixed for the run), read once per call
+        (budget, last_slot, threshold, use_placeholders, max_num_seqs, priority, tables,
+         num_cached, append_block, bs, caching) = self._limits
         if threshold and len(running) + len(waiting) <= 1:
             threshold = 0
-        priority = self.priority
         # entries [req, n, start, kind, emits] in order; under priority a victim's entry is
         # taken back, so they are kept by request id until the end
         entries: list[list[Any]] = []
         scheduled: dict[int, list[Any]] = {}
         preempted: list[Request] = []
-        tables, num_cached = kv.tables, kv.num_cached
-        append_block = kv.append_block
-        bs = kv.block_size
-        caching = kv.enable_caching
-        use_placeholders = p.async_scheduling  # async: placeholders and in-flight counts
         pending: list[list[Any]] = []  # entries advanced by the pass at the end
         num_tokens = num_decode = num_emits = num_lazy = 0
         if not priority:
@@ -266,9 +269,9 @@ class Scheduling(PolicyState):
                 budget -= n
                 i += 1
 
-        max_num_seqs = p.max_num_seqs
         if not preempted and budget > 0 and waiting and len(running) < max_num_seqs:
             skipped: list[Request] = []
+            p = self.params
             chunked = p.enable_chunked_prefill
             reserve = p.scheduler_reserve_full_isl
             while budget > 0 and waiting and len(running) < max_num_seqs:
