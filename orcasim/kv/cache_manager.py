@@ -243,9 +243,15 @@ class KVCacheManager:
     def append_blocks(self, reqs: list[Any]) -> bool:
         """:meth:`append_block` for each request of ``reqs`` in turn (one may come more than
         once); False, changing nothing, when fewer blocks are free."""
-        new = self.pool.get_new_blocks(len(reqs))  # taken from the head in order, as one by one
-        if new is None:
+        pool = self.pool
+        queue = pool.free_queue
+        if len(reqs) > queue.num_free_blocks:
             return False
+        new = queue.popleft_n(len(reqs))  # from the head in order, as one by one
+        for b in new:  # as get_new_blocks
+            if b.block_hash is not None:
+                pool._evict(b)
+            b.ref_cnt = 1
         tables = self.tables
         for req, b in zip(reqs, new, strict=True):
             tables[req.id].append(b)

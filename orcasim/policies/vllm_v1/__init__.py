@@ -40,7 +40,7 @@ take no time.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from typing import Any, Literal
 
 import simpy
@@ -53,6 +53,8 @@ from orcasim.kv.config import MAX_BLOCK_SIZE, MemoryLayout
 from orcasim.kv.pool import KVPool
 from orcasim.plan import StepPlan
 from orcasim.policies.base import PolicyParams, TokenPolicy
+from orcasim.policies.vllm_v1.group import DecodeGroup
+from orcasim.policies.vllm_v1.lazy import LazyDecode
 from orcasim.policies.vllm_v1.output import Output
 from orcasim.policies.vllm_v1.runs import VllmRuns
 from orcasim.policies.vllm_v1.schedule import Scheduling
@@ -94,7 +96,7 @@ __all__ = [
 
 
 @policies.register("vllm-v1")
-class VllmV1(VllmRuns, Scheduling, Output, TokenPolicy):
+class VllmV1(VllmRuns, LazyDecode, Scheduling, Output, TokenPolicy):
     """vLLM V1's scheduler: one token budget, running first, recompute preemption, prefix cache."""
 
     class Params(PolicyParams):
@@ -181,6 +183,8 @@ class VllmV1(VllmRuns, Scheduling, Output, TokenPolicy):
         self.priority = params.policy == "priority"
         self.watermark_blocks = int(params.watermark * params.num_blocks)
         self._set_limits()
+        self._group = DecodeGroup(params.block_size)
+        self._lazy = self.lazy_decode and not params.async_scheduling
         self.seqs: dict[int, Seq] = {}
         self._observer: StepObserver | None = None
         self._finished_since_schedule = False
@@ -211,6 +215,9 @@ class VllmV1(VllmRuns, Scheduling, Output, TokenPolicy):
         # an observer sees every step: no runs, and no lazy arrivals to serve them
         self._observer = observer
         self._runs = observer is None and self.runs_unchanged
+        # an observer sees every request's entry in every step: no decode group
+        self._sync_group()
+        self._lazy = observer is None and self.lazy_decode and not self.params.async_scheduling
         if self._runs:
             self.__dict__.pop("decode_run", None)
         else:
@@ -218,8 +225,14 @@ class VllmV1(VllmRuns, Scheduling, Output, TokenPolicy):
 
     # -- the waiting queue (ctx.waiting, kept in the policy's order) ------------------
 
+    def running_requests(self) -> Iterator[Request]:
+        """The running requests, their counters up to date."""
+        self._sync_group()
+        return iter(self.running)
+
     def drop(self, req: Request) -> None:
         """Out of the batch (a hard stop), its blocks freed."""
+        self._sync_group()
         self.running.remove(req)
         self.kv.free(req)
         if self.pool is not None:
@@ -227,6 +240,7 @@ class VllmV1(VllmRuns, Scheduling, Output, TokenPolicy):
 
     def cancel(self, req: Request) -> None:
         """Out of the queue or the batch, blocks freed; a step of it in flight is ignored."""
+        self._sync_group()
         seq = self.seqs.pop(req.id, None)
         if req in self.running:
             self.running.remove(req)

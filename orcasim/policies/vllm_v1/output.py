@@ -9,6 +9,7 @@ engine's :class:`~orcasim.plan.StepPlan`.
 from __future__ import annotations
 
 from operator import itemgetter
+from typing import Any
 
 from orcasim.plan import StepPlan
 from orcasim.policies.vllm_v1.state import RUNNING, PolicyState, StepOutput
@@ -17,6 +18,9 @@ from orcasim.request import Request
 
 class Output(PolicyState):
     """The output update and the plan of vLLM V1's scheduler (mixed into ``VllmV1``)."""
+
+    _group_output: Any  # LazyDecode._group_output
+    _group_plan: Any  # LazyDecode._group_plan
 
     # -- processing a step's output ----------------------------------------------------
     def _update(self, out: StepOutput, plan: StepPlan | None = None) -> None:
@@ -29,6 +33,9 @@ class Output(PolicyState):
         t_end, prev_end = out.t_end, out.prev_end
         bulk = 0
         finished: list[Request] = []
+        if out.num_group:  # the decode group's members: each emitted in the step before too
+            bulk = out.num_group
+            finished = self._group_output(out, t_end)
         queued: set[int] = set()  # finished requests that were in the queue
         record_itl = ctx.recorder.record_itl
         in_flight = p.async_scheduling  # sync: one step in flight, nothing stale
@@ -108,10 +115,17 @@ class Output(PolicyState):
     def _plan(self, out: StepOutput) -> StepPlan:
         """The step's plan: one token of a request past its prompt is a decode."""
         entries = out.entries
-        contexts = list(map(_start, entries))
+        if out.num_group:  # the decode group's members come first
+            pairs, contexts = self._group_plan(out)
+            if entries:
+                pairs += map(_pair, entries)
+                contexts += map(_start, entries)
+        else:
+            pairs = list(map(_pair, entries))
+            contexts = list(map(_start, entries))
         decode = out.num_decode
-        plan = StepPlan(len(entries), sum(contexts), out.num_tokens - decode,
-                        decode, list(map(_pair, entries)), contexts)
+        plan = StepPlan(len(pairs), sum(contexts), out.num_tokens - decode, decode, pairs,
+                        contexts)
         out.plan = plan
         return plan
 

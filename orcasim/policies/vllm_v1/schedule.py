@@ -39,6 +39,8 @@ class Scheduling(PolicyState):
     num_prompt_tokens_admitted: int
     num_prefix_hit_tokens: int
     _limits: tuple[Any, ...]
+    _lazy: bool
+    _schedule_lazily: Any  # LazyDecode._schedule_lazily
 
     @staticmethod
     def _order(req: Request) -> tuple[int, float, int]:
@@ -137,10 +139,14 @@ class Scheduling(PolicyState):
             self.pool.released()
 
     def _schedule(self) -> StepOutput:
+        if self._lazy:  # every running request decodes: the decode group's way
+            out = self._schedule_lazily()
+            if out is not None:
+                return out
         kv, seqs, running = self.kv, self.seqs, self.running
         waiting = self.ctx.waiting
         # the configuration (fixed for the run), read once per call
-        (budget, last_slot, threshold, use_placeholders, max_num_seqs, priority, tables,
+        (budget, last_slot, threshold, use_placeholders, _, priority, tables,
          num_cached, append_block, bs, caching) = self._limits
         if threshold and len(running) + len(waiting) <= 1:
             threshold = 0
@@ -150,7 +156,7 @@ class Scheduling(PolicyState):
         scheduled: dict[int, list[Any]] = {}
         preempted: list[Request] = []
         pending: list[list[Any]] = []  # entries advanced by the pass at the end
-        num_tokens = num_decode = num_emits = num_lazy = 0
+        num_decode = num_lazy = 0
         if not priority:
             # FCFS takes victims from the end of the list, after the request being
             # scheduled, so the iteration stops before them and a scheduled request stays
@@ -269,6 +275,19 @@ class Scheduling(PolicyState):
                 budget -= n
                 i += 1
 
+        return self._admit(budget, threshold, entries, scheduled, preempted, pending,
+                           num_lazy, num_decode)
+
+    def _admit(self, budget: int, threshold: int, entries: list[list[Any]],
+               scheduled: dict[int, list[Any]], preempted: list[Request],
+               pending: list[list[Any]], num_lazy: int, num_decode: int) -> StepOutput:
+        """The rest of a schedule call, after the running requests: admissions from the
+        queue (none after a preemption), then every entry's computed tokens advanced."""
+        kv, seqs, running = self.kv, self.seqs, self.running
+        waiting = self.ctx.waiting
+        max_num_seqs, priority, use_placeholders = (self._limits[4], self._limits[5],
+                                                     self._limits[3])
+        num_tokens = num_emits = 0
         if not preempted and budget > 0 and waiting and len(running) < max_num_seqs:
             skipped: list[Request] = []
             p = self.params

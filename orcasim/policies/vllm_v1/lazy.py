@@ -1,0 +1,285 @@
+"""The lazy decode path of the vllm-v1 policy: steady decoders as one :class:`DecodeGroup`.
+
+Under synchronous scheduling and without a trace observer, the running
+requests that decode one token per schedule call are kept in a
+:class:`~orcasim.policies.vllm_v1.group.DecodeGroup` (their counters
+against its shared count). A schedule call in which every running request
+decodes (the group, plus requests that finished their prefill in the last
+step, which join it) costs the group's block boundaries, not its size:
+the members that start a block take one (as ``allocate_slots`` would), the
+members whose token fills a block register it in the prefix cache, then
+the queue is served as usual. Its output costs the members whose token
+completes a block of known tokens (a hash) and those that finish.
+
+Anything else (a request mid-prefill, a boundary with no free block, so a
+preemption; a cancel; a reader of the running requests) first writes the
+members' counters back (:meth:`LazyDecode._sync_group`) and goes the
+per-request way of :mod:`orcasim.policies.vllm_v1.schedule`, so the
+decisions are the same in both; ``tests/test_vllm_v1_lazy.py`` compares
+them.
+"""
+
+from __future__ import annotations
+
+from itertools import repeat
+from operator import add
+from typing import Any
+
+from orcasim.policies.vllm_v1.group import DecodeGroup
+from orcasim.policies.vllm_v1.state import KIND_RUNNING, PolicyState, StepOutput
+from orcasim.request import Request
+
+
+class LazyDecode(PolicyState):
+    """The decode group of vLLM V1's scheduler (mixed into ``VllmV1``)."""
+
+    #: keep steady decoders in a DecodeGroup (synchronous scheduling, no observer); off:
+    #: every running request is scheduled one by one (the reference the tests compare with)
+    lazy_decode: bool = True
+    _lazy: bool
+    _group: DecodeGroup
+    _limits: tuple[Any, ...]
+    _admit: Any  # Scheduling._admit
+    _current: StepOutput | None
+    _update_at_end: bool
+    _run_t0: float
+    _retire: Any  # Output._retire
+
+    def _schedule_lazily(self) -> StepOutput | None:
+        """The schedule call when every running request decodes one token in a block it
+        holds or takes; ``None`` (the group written back) otherwise."""
+        g = self._group
+        running = self.running
+        m = len(g.members)
+        last_end = self.ctx.last_step_end
+        if not running or (m and g.last_end != last_end):
+            self._sync_group()
+            return None
+        budget, last_slot, threshold = self._limits[:3]
+        bs = self.kv.block_size
+        d = g.count
+        tail = running[m:] if m else running
+        num_new = len(g.at(0))  # members starting a block
+        for req in tail:  # joiners: they sampled in the last step and computed the rest
+            c = req.num_computed_tokens
+            o = req.num_output_tokens
+            if (o == 0 or c != (req.prompt_len or 1) + o - 1 or c >= last_slot
+                    or req.last_token != last_end):
+                self._sync_group()
+                return None
+            if c % bs == 0:
+                num_new += 1
+        if tail and not self._steady(tail):
+            self._sync_group()
+            return None
+        if num_new > self.kv.pool.free_queue.num_free_blocks:
+            self._sync_group()  # someone is preempted
+            return None
+        if tail:
+            seqs = self.seqs
+            max_len = last_slot + 1
+            join = g.join
+            for req in tail:
+                join(req, seqs[req.id], req.num_computed_tokens, max_len)
+        kv = self.kv
+        new = g.at(0)
+        if new:
+            kv.append_blocks(new)
+        if kv.enable_caching:  # blocks filled by this step's token (hashed when they became known)
+            seqs = self.seqs
+            cache_blocks = kv.cache_blocks
+            for req in g.at(1):
+                cache_blocks(req, seqs[req.id].base + d + 1)
+        g.count = d + 1
+        n = len(g.members)
+        waiting = self.ctx.waiting
+        if waiting and n < self._limits[4]:  # the queue is served as usual
+            if threshold and n + len(waiting) <= 1:
+                threshold = 0
+            out = self._admit(budget - n, threshold, [], {}, [], [], n, n)
+        else:  # nobody can join: the step is the group's
+            self._finished_since_schedule = False
+            out = StepOutput([], [], self._arrivals, n)
+            out.num_decode = out.num_emits = n
+            self._arrivals = []
+        out.num_group = n
+        out.group_at = d
+        g.out = out
+        return out
+
+    def _steady(self, reqs: list[Request]) -> bool:
+        """Whether ``reqs``, with their computed tokens as they are, hold the blocks of those
+        tokens and no more, and have every full block of them in the prefix cache (as
+        steady decoders do); the group only touches blocks at boundaries."""
+        kv = self.kv
+        tables, bs = kv.tables, kv.block_size
+        num_cached = kv.num_cached if kv.enable_caching else None
+        for req in reqs:
+            c = req.num_computed_tokens
+            held = len(tables[req.id]) * bs
+            if held < c or held - bs >= c:
+                return False
+            if num_cached is not None and num_cached.get(req.id, 0) < c // bs:
+                return False
+        return True
+
+    def _group_plan(self, out: StepOutput) -> tuple[list[Any], list[int]]:
+        """The members' ``(request, 1)`` pairs and contexts in a step the group scheduled."""
+        g = self._group
+        n = out.num_group
+        return (list(zip(g.members[:n], repeat(1, n), strict=True)),
+                list(map(add, g.bases[:n], repeat(out.group_at, n))))
+
+    def _group_output(self, out: StepOutput, t_end: float) -> list[Request]:
+        """The members' tokens of a step the group scheduled: hashes of the blocks they
+        complete, and those that finish (returned, in running order, retired)."""
+        g = self._group
+        g.out = None
+        g.last_end = t_end
+        d = g.count
+        kv = self.kv
+        seqs = self.seqs
+        if kv.enable_caching:
+            update_hashes = kv.update_hashes
+            for req in g.at(1):  # known tokens b + d + 1: a full block
+                req.num_output_tokens = seqs[req.id].base + d + 1 - (req.prompt_len or 1)
+                update_hashes(req)
+        if g.heap[0][0] > d:
+            return []
+        done = g.pop_finished()
+        retire = self._retire
+        for req in done:
+            c = seqs[req.id].base + d
+            req.num_computed_tokens = c
+            req.num_output_tokens = c + 1 - (req.prompt_len or 1)
+            req.last_token = t_end
+            retire(req)
+        return done
+
+    def _sync_group(self) -> None:
+        """Write the members' counters back and empty the group (a step it scheduled that
+        is still in flight gets their entries)."""
+        g = self._group
+        if not g.members:
+            return
+        d = g.count
+        out = g.out
+        lag = 0 if out is None else 1  # in flight: the step's token is not generated yet
+        t = g.last_end
+        for req, b in zip(g.members, g.bases, strict=True):
+            c = b + d
+            req.num_computed_tokens = c
+            req.num_output_tokens = c + 1 - lag - (req.prompt_len or 1)
+            req.last_token = t
+        if out is not None:
+            n = out.num_group
+            out.entries[:0] = [[req, 1, b + d - 1, KIND_RUNNING, True]
+                               for req, b in zip(g.members[:n], g.bases[:n], strict=True)]
+            out.num_group = 0
+        g.clear()
+
+    def _complete_group_run(self, plan: Any, ends: list[float]) -> None:
+        """:meth:`~orcasim.policies.vllm_v1.runs.VllmRuns.complete_run` with the decode group.
+
+        The first step's output as :meth:`_update` would apply it (every
+        request samples, nobody finishes); its other requests then join the
+        group, and the follow-on steps ``1..last`` add ``last`` to the count
+        with their block work replayed kind by kind in the per-step order
+        (step, then running order), one bucket per step and kind: blocks
+        taken at boundaries, hashes of blocks completed by a step's token,
+        cache entries of blocks filled by a step's token; then the memory
+        rows and the last step's finishes.
+        """
+        ctx = self.ctx
+        out = self._current
+        assert out is not None and out.plan is plan and self._update_at_end
+        self._update_at_end = False
+        t1, prev_end = ends[0], ctx.last_step_end
+        out.t_end, out.prev_end = t1, prev_end
+        pool = self.pool
+        g = self._group
+        kv = self.kv
+        bs = kv.block_size
+        caching = kv.enable_caching
+        seqs = self.seqs
+        last = len(ends) - 1  # the follow-on steps are 1..last; nobody finishes before the last
+        t = ends[-1]
+        bulk = 0
+        if out.num_group:  # members: each emitted in the step before too
+            bulk = out.num_group
+            if self._group_output(out, t1):
+                raise AssertionError("a member finished inside a decode run")
+        g.last_end = t1
+        record_itl = ctx.recorder.record_itl
+        max_len = self._limits[1] + 1
+        join = g.join
+        for e in out.entries:  # the listed requests, then members (after the step's output)
+            req = e[0]
+            o = req.num_output_tokens
+            if o == 0:
+                req.first_token = t1
+            elif req.last_token == prev_end:
+                bulk += 1
+            else:
+                record_itl(t1 - req.last_token)
+            req.num_output_tokens = o + 1
+            req.last_token = t1
+            c = req.num_computed_tokens  # = known tokens before the step's token
+            if caching and (c + 1) % bs == 0:  # its token completes a block
+                kv.update_hashes(req)
+            join(req, seqs[req.id], c, max_len)
+        plan.num_itl_tokens = bulk
+        d = g.count
+        buckets = g.buckets
+        # new blocks, and the slots allocated in each step (its memory row): the first step's
+        # as scheduled, follow-on step j's after its boundaries (base + d + j - 1 a multiple
+        # of the block size) took theirs
+        allocs: list[int] | None = None
+        alloc = 0
+        if pool is not None and pool.series is not None:
+            alloc = pool.alloc.allocated_slots
+            allocs = [alloc]
+        new: list[Request] = []
+        for j in range(1, last + 1):
+            taken = buckets[-(d + j - 1) % bs]
+            if taken:
+                new.extend(taken)
+                alloc += bs * len(taken)
+            if allocs is not None:
+                allocs.append(alloc)
+        if new and not kv.append_blocks(new):
+            raise AssertionError("a decode run ran out of blocks")
+        if caching:
+            update_hashes = kv.update_hashes
+            for j in range(1, last + 1):  # step j's token completes base + d + j + 1 tokens
+                for req in buckets[-(d + j + 1) % bs]:
+                    req.num_output_tokens = seqs[req.id].base + d + j + 1 - (req.prompt_len or 1)
+                    update_hashes(req)
+            cache_blocks = kv.cache_blocks
+            for j in range(1, last + 1):  # step j's token fills base + d + j tokens
+                for req in buckets[-(d + j) % bs]:
+                    cache_blocks(req, seqs[req.id].base + d + j)
+        g.count = d + last
+        g.last_end = t
+        if allocs is not None:  # every step's row, before finishes free blocks
+            assert pool is not None
+            # step j (from ends[j - 1] to ends[j]) reads the first step's tokens + size * j
+            pool.observe_run(self._run_t0, ends, plan.num_kv_tokens + plan.num_tokens,
+                             len(g.members), allocs, [pool.alloc.internal_slots] * (last + 1),
+                             False)
+        if g.first_last() <= g.count:
+            finishing = g.pop_finished()
+            retire = self._retire
+            count = g.count
+            for req in finishing:
+                c = seqs[req.id].base + count
+                req.num_computed_tokens = c
+                req.num_output_tokens = c + 1 - (req.prompt_len or 1)
+                req.last_token = t
+                retire(req)
+            gone = {r.id for r in finishing}
+            self.running = [r for r in self.running if r.id not in gone]
+            self._finished_since_schedule = True
+            finish = ctx.finish
+            for req in finishing:
+                finish(req, t)
