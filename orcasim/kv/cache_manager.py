@@ -48,12 +48,26 @@ class ReuseFirstBlockPool(BlockPool):
     """
 
     def free_blocks(self, ordered: Iterable[Block]) -> None:
-        freed = self.drop_refs(ordered)
+        # as drop_refs, sorting the freed blocks by content on the way
+        null = self.null_block
+        plain: list[Block] = []
+        cached: list[Block] = []
+        for b in ordered:
+            if b is null:
+                continue
+            rc = b.ref_cnt
+            if rc <= 0:
+                raise ValueError(f"double free of {b!r}")
+            b.ref_cnt = rc = rc - 1
+            if rc == 0:
+                if b.block_hash is None:
+                    plain.append(b)
+                else:
+                    cached.append(b)
         queue = self.free_queue
-        queue.prepend_n([b for b in freed if b.block_hash is None])
-        for b in freed:
-            if b.block_hash is not None:
-                queue.append(b)
+        queue.prepend_n(plain)
+        for b in cached:
+            queue.append(b)
 
 
 class KVCacheManager:

@@ -292,6 +292,15 @@ class VllmV1(VllmRuns, LazyDecode, Scheduling, Output, TokenPolicy):
         nothing is left to run). vLLM's engine loop with its batch queue."""
         ctx = self.ctx
         queue = self._queue
+        if self._lazy:  # synchronous, no observer: nothing is in flight between decisions
+            self._take_arrivals()
+            if self.running:
+                self._scheduled_at = ctx.env._now
+                out = self._schedule_lazily()
+                if out is not None:  # every running request decodes: the group's step
+                    self._update_at_end = True  # its output is processed after it has run
+                    self._current = out
+                    return self._plan(out)
         while True:
             self._take_arrivals()
             if not self.running and not ctx.waiting and not self._held and ctx.arrivals_done:

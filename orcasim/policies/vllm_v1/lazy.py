@@ -196,57 +196,58 @@ class LazyDecode(PolicyState):
         self._update_at_end = False
         t1, prev_end = ends[0], ctx.last_step_end
         out.t_end, out.prev_end = t1, prev_end
-        pool = self.pool
         g = self._group
         kv = self.kv
-        bs = kv.block_size
+        bs = g.block_size
+        buckets = g.buckets
         caching = kv.enable_caching
         seqs = self.seqs
         last = len(ends) - 1  # the follow-on steps are 1..last; nobody finishes before the last
         t = ends[-1]
-        bulk = 0
-        if out.num_group:  # members: each emitted in the step before too
-            bulk = out.num_group
-            if self._group_output(out, t1):
-                raise AssertionError("a member finished inside a decode run")
-        g.last_end = t1
-        record_itl = ctx.recorder.record_itl
-        max_len = self._limits[1] + 1
-        join = g.join
-        for e in out.entries:  # the listed requests, then members (after the step's output)
-            req = e[0]
-            o = req.num_output_tokens
-            if o == 0:
-                req.first_token = t1
-            elif req.last_token == prev_end:
-                bulk += 1
-            else:
-                record_itl(t1 - req.last_token)
-            req.num_output_tokens = o + 1
-            req.last_token = t1
-            c = req.num_computed_tokens  # = known tokens before the step's token
-            if caching and (c + 1) % bs == 0:  # its token completes a block
-                kv.update_hashes(req)
-            join(req, seqs[req.id], c, max_len)
-        plan.num_itl_tokens = bulk
         d = g.count
-        buckets = g.buckets
+        bulk = out.num_group  # members: each emitted in the step before too
+        if bulk:
+            g.out = None
+            if caching:
+                update_hashes = kv.update_hashes
+                for req in buckets[-(d + 1) % bs]:  # known tokens b + d + 1: a full block
+                    req.num_output_tokens = seqs[req.id].base + d + 1 - (req.prompt_len or 1)
+                    update_hashes(req)
+        entries = out.entries
+        if entries:  # the listed requests (after the members), joining after their output
+            record_itl = ctx.recorder.record_itl
+            max_len = self._limits[1] + 1
+            join = g.join
+            for e in entries:
+                req = e[0]
+                o = req.num_output_tokens
+                if o == 0:
+                    req.first_token = t1
+                elif req.last_token == prev_end:
+                    bulk += 1
+                else:
+                    record_itl(t1 - req.last_token)
+                req.num_output_tokens = o + 1
+                req.last_token = t1
+                c = req.num_computed_tokens  # = known tokens before the step's token
+                if caching and (c + 1) % bs == 0:  # its token completes a block
+                    kv.update_hashes(req)
+                join(req, seqs[req.id], c, max_len)
+        plan.num_itl_tokens = bulk
         # new blocks, and the slots allocated in each step (its memory row): the first step's
         # as scheduled, follow-on step j's after its boundaries (base + d + j - 1 a multiple
         # of the block size) took theirs
-        allocs: list[int] | None = None
-        alloc = 0
-        if pool is not None and pool.series is not None:
-            alloc = pool.alloc.allocated_slots
-            allocs = [alloc]
+        pool = self.pool
+        series = pool is not None and pool.series is not None
+        alloc = pool.alloc.allocated_slots if series else 0  # type: ignore[union-attr]
+        allocs = [alloc]
         new: list[Request] = []
-        for j in range(1, last + 1):
-            taken = buckets[-(d + j - 1) % bs]
+        for j in range(d, d + last):
+            taken = buckets[-j % bs]
             if taken:
-                new.extend(taken)
+                new += taken
                 alloc += bs * len(taken)
-            if allocs is not None:
-                allocs.append(alloc)
+            allocs.append(alloc)
         if new and not kv.append_blocks(new):
             raise AssertionError("a decode run ran out of blocks")
         if caching:
@@ -259,26 +260,25 @@ class LazyDecode(PolicyState):
             for j in range(1, last + 1):  # step j's token fills base + d + j tokens
                 for req in buckets[-(d + j) % bs]:
                     cache_blocks(req, seqs[req.id].base + d + j)
-        g.count = d + last
+        g.count = count = d + last
         g.last_end = t
-        if allocs is not None:  # every step's row, before finishes free blocks
-            assert pool is not None
+        if series:  # every step's row, before finishes free blocks
             # step j (from ends[j - 1] to ends[j]) reads the first step's tokens + size * j
-            pool.observe_run(self._run_t0, ends, plan.num_kv_tokens + plan.num_tokens,
-                             len(g.members), allocs, [pool.alloc.internal_slots] * (last + 1),
+            pool.observe_run(self._run_t0, ends,  # type: ignore[union-attr]
+                             plan.num_kv_tokens + plan.num_tokens, len(g.members), allocs,
+                             [pool.alloc.internal_slots] * (last + 1),  # type: ignore[union-attr]
                              False)
-        if g.first_last() <= g.count:
+        if g.heap[0][0] <= count:
             finishing = g.pop_finished()
             retire = self._retire
-            count = g.count
+            running = self.running
             for req in finishing:
                 c = seqs[req.id].base + count
                 req.num_computed_tokens = c
                 req.num_output_tokens = c + 1 - (req.prompt_len or 1)
                 req.last_token = t
                 retire(req)
-            gone = {r.id for r in finishing}
-            self.running = [r for r in self.running if r.id not in gone]
+                running.remove(req)
             self._finished_since_schedule = True
             finish = ctx.finish
             for req in finishing:

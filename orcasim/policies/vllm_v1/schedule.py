@@ -84,9 +84,13 @@ class Scheduling(PolicyState):
                 fresh.append(waiting[i])
                 i -= 1
         caching = self.kv.enable_caching
+        max_len, bs, usable = self._fit
         for req in reversed(fresh):
-            found = misfit(req.prompt_len, req.output_len, self.params)
-            if found is not None:
+            prompt_len = req.prompt_len
+            if (prompt_len > max_len  # misfit's tests, inline; misfit says why
+                    or (min((prompt_len or 1) + req.output_len - 1, max_len) + bs - 1) // bs
+                    > usable) and (found := misfit(prompt_len, req.output_len,
+                                                   self.params)) is not None:
                 if not priority:
                     waiting.remove(req)
                 ctx.reject(req, found[0])
@@ -121,6 +125,12 @@ class Scheduling(PolicyState):
                         p.long_prefill_token_threshold, p.async_scheduling, p.max_num_seqs,
                         self.priority, kv.tables, kv.num_cached, kv.append_block, kv.block_size,
                         kv.enable_caching)
+
+    @property
+    def _fit(self) -> tuple[int, int, int]:
+        """What :func:`misfit` compares with: max_model_len, block size, usable blocks."""
+        p = self.params
+        return p.max_model_len, p.block_size, p.num_blocks - 1
 
     def _has_requests(self) -> bool:
         return bool(self.running or self.ctx.waiting or self._finished_since_schedule)
