@@ -43,12 +43,14 @@ class DecodeGroup:
         "last_end",
         "members",
         "out",
+        "pairs",
     )
 
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
         self.members: list[Request] = []
         self.bases: list[int] = []
+        self.pairs: list[tuple[Request, int]] = []  # (member, 1): its entry in a step's plan
         self.buckets: list[list[Request]] = [[] for _ in range(block_size)]
         self.heap: list[tuple[int, int, Request]] = []  # (last count, join order, request)
         self.count = 0
@@ -66,6 +68,7 @@ class DecodeGroup:
         seq.base = base
         self.members.append(req)
         self.bases.append(base)
+        self.pairs.append((req, 1))
         self.buckets[base % self.block_size].append(req)
         # it samples its last token in the step whose output brings the count to ``last``
         last = min(req.output_len + (req.prompt_len or 1), max_model_len) - 1 - base
@@ -95,13 +98,14 @@ class DecodeGroup:
         for req in done:
             i = members.index(req)
             buckets[bases[i] % bs].remove(req)
-            del members[i], bases[i]
+            del members[i], bases[i], self.pairs[i]
         return done
 
     def clear(self) -> None:
         """Forget every member (their counters were written back)."""
         self.members = []
         self.bases = []
+        self.pairs = []
         self.buckets = [[] for _ in range(self.block_size)]
         self.heap = []
         self.out = None

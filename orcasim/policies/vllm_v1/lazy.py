@@ -127,8 +127,7 @@ class LazyDecode(PolicyState):
         """The members' ``(request, 1)`` pairs and contexts in a step the group scheduled."""
         g = self._group
         n = out.num_group
-        return (list(zip(g.members[:n], repeat(1, n), strict=True)),
-                list(map(add, g.bases[:n], repeat(out.group_at, n))))
+        return g.pairs[:n], list(map(add, g.bases[:n], repeat(out.group_at, n)))
 
     def _group_output(self, out: StepOutput, t_end: float) -> list[Request]:
         """The members' tokens of a step the group scheduled: hashes of the blocks they

@@ -81,7 +81,7 @@ class VllmRuns(PolicyState):
         g = self._group
         n = out.num_group  # the decode group's members lead the running list
         listed = running[n:] if n else running
-        if self._lazy and not self._steady(listed):
+        if listed and self._lazy and not self._steady(listed):
             return None  # they could not join the group after the step
         # computed = known tokens: all sample
         left = p.max_model_len
@@ -89,7 +89,7 @@ class VllmRuns(PolicyState):
             left = min(min(map(sub, map(_output_len, listed), map(_num_output, listed))),
                        p.max_model_len - max(map(_computed, listed)))
         if n:  # a member samples its last token when the count reaches its last
-            left = min(left, g.first_last() - g.count + 1)
+            left = min(left, g.heap[0][0] - g.count + 1)
         free = self.kv.pool.free_queue.num_free_blocks
         if left > 1 and size * (1 + (left - 2) // bs) > free:  # the blocks may not last
             # follow-on step j computes token C + j - 1: a new block when it starts one
@@ -105,7 +105,7 @@ class VllmRuns(PolicyState):
                     else:
                         hi = mid - 1
                 left = lo + 1
-        self._run_t0 = self.ctx.env.now
+        self._run_t0 = self.ctx.env._now
         return size, plan.num_kv_tokens + plan.num_tokens, left, True
 
     def complete_run(self, plan: StepPlan, ends: list[float]) -> None:

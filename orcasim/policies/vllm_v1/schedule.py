@@ -39,6 +39,7 @@ class Scheduling(PolicyState):
     num_prompt_tokens_admitted: int
     num_prefix_hit_tokens: int
     _limits: tuple[Any, ...]
+    _fit: tuple[int, int, int]
     _lazy: bool
     _schedule_lazily: Any  # LazyDecode._schedule_lazily
 
@@ -80,8 +81,11 @@ class Scheduling(PolicyState):
         else:  # they stay where they are, in arrival order
             i = -1
             n = len(waiting)
-            while i >= -n and waiting[i].id not in seqs:
-                fresh.append(waiting[i])
+            while i >= -n:
+                req = waiting[i]
+                if req.id in seqs:
+                    break
+                fresh.append(req)
                 i -= 1
         caching = self.kv.enable_caching
         max_len, bs, usable = self._fit
@@ -125,12 +129,8 @@ class Scheduling(PolicyState):
                         p.long_prefill_token_threshold, p.async_scheduling, p.max_num_seqs,
                         self.priority, kv.tables, kv.num_cached, kv.append_block, kv.block_size,
                         kv.enable_caching)
-
-    @property
-    def _fit(self) -> tuple[int, int, int]:
-        """What :func:`misfit` compares with: max_model_len, block size, usable blocks."""
-        p = self.params
-        return p.max_model_len, p.block_size, p.num_blocks - 1
+        # what misfit compares with: max_model_len, block size, usable blocks
+        self._fit = (p.max_model_len, p.block_size, p.num_blocks - 1)
 
     def _has_requests(self) -> bool:
         return bool(self.running or self.ctx.waiting or self._finished_since_schedule)
