@@ -104,10 +104,11 @@ class Output(PolicyState):
         takes it out of its list and records it)."""
         if req.num_output_tokens < req.output_len:
             req.reason = "max_model_len"  # finished early: the context is full
-        del self.seqs[req.id]
+        rid = req.id
+        del self.seqs[rid]
         kv = self.kv
         kv.free(req)
-        kv.forget(req)
+        kv.hashes.pop(rid, None)  # kv.forget(req)
         if self.pool is not None:
             self.pool.released()
 

@@ -303,13 +303,14 @@ class Scheduling(PolicyState):
             p = self.params
             chunked = p.enable_chunked_prefill
             reserve = p.scheduler_reserve_full_isl
+            caching = kv.enable_caching
             while budget > 0 and waiting and len(running) < max_num_seqs:
                 req = waiting[0]
                 seq = seqs[req.id]
                 if seq.num_stale:  # a step of it is still in flight
                     skipped.append(waiting.popleft())
                     continue
-                hit, num_hit = kv.get_computed_blocks(req)
+                hit, num_hit = kv.get_computed_blocks(req) if caching else ([], 0)
                 n = seq.num_prompt + req.num_output_tokens - num_hit  # req.num_tokens - hit
                 if 0 < threshold < n:
                     n = threshold
