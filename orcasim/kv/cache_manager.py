@@ -48,26 +48,36 @@ class ReuseFirstBlockPool(BlockPool):
     """
 
     def free_blocks(self, ordered: Iterable[Block]) -> None:
-        # as drop_refs, sorting the freed blocks by content on the way
+        # as drop_refs, then the freed blocks without content linked in at the head (in
+        # their order, as prepend_n) on the way, those with content appended after
         null = self.null_block
-        plain: list[Block] = []
-        cached: list[Block] = []
-        for b in ordered:
-            if b is null:
-                continue
-            rc = b.ref_cnt
-            if rc <= 0:
-                raise ValueError(f"double free of {b!r}")
-            b.ref_cnt = rc = rc - 1
-            if rc == 0:
-                if b.block_hash is None:
-                    plain.append(b)
-                else:
-                    cached.append(b)
         queue = self.free_queue
-        queue.prepend_n(plain)
-        for b in cached:
-            queue.append(b)
+        prev = queue._head
+        first = prev.next_free
+        num_plain = 0
+        cached: list[Block] = []
+        try:
+            for b in ordered:
+                if b is null:
+                    continue
+                rc = b.ref_cnt
+                if rc <= 0:
+                    raise ValueError(f"double free of {b!r}")
+                b.ref_cnt = rc = rc - 1
+                if rc == 0:
+                    if b.block_hash is None:
+                        prev.next_free = b
+                        b.prev_free = prev
+                        prev = b
+                        num_plain += 1
+                    else:
+                        cached.append(b)
+        finally:  # the queue stays whole, with the blocks freed so far
+            prev.next_free = first
+            first.prev_free = prev  # type: ignore[union-attr]
+            queue.num_free_blocks += num_plain
+            for b in cached:
+                queue.append(b)
 
 
 class KVCacheManager:
@@ -257,15 +267,9 @@ class KVCacheManager:
     def append_blocks(self, reqs: list[Any]) -> bool:
         """:meth:`append_block` for each request of ``reqs`` in turn (one may come more than
         once); False, changing nothing, when fewer blocks are free."""
-        pool = self.pool
-        queue = pool.free_queue
-        if len(reqs) > queue.num_free_blocks:
+        new = self.pool.get_new_blocks(len(reqs))  # from the head in order, as one by one
+        if new is None:
             return False
-        new = queue.popleft_n(len(reqs))  # from the head in order, as one by one
-        for b in new:  # as get_new_blocks
-            if b.block_hash is not None:
-                pool._evict(b)
-            b.ref_cnt = 1
         tables = self.tables
         for req, b in zip(reqs, new, strict=True):
             tables[req.id].append(b)

@@ -50,6 +50,7 @@ class VllmRuns(PolicyState):
     _run_t0: float = 0.0
     complete_step: Any  # VllmV1.complete_step
     _lazy: bool
+    _limits: tuple[Any, ...]  # Scheduling._limits
     _group: Any  # DecodeGroup
     _steady: Any  # LazyDecode._steady
     _complete_group_run: Any  # LazyDecode._complete_group_run
@@ -65,31 +66,33 @@ class VllmRuns(PolicyState):
         every arrival ends the run. ``None``: step by step.
         """
         out = self._current
-        if (not self._runs or plan is None or out is None or out.plan is not plan
-                or self._observer is not None or out.preempted):
+        if (plan is None or out is None or out.plan is not plan or not self._runs
+                or out.preempted):  # (no runs with an observer)
             return None
-        p = self.params
         running = self.running
         size = len(running)
-        if p.async_scheduling or not size or plan.num_seqs != size:
+        limits = self._limits
+        if limits[3] or not size or plan.num_seqs != size:  # limits[3]: async scheduling
             return None
         if out.num_emits != size:
             return None  # someone is still prefilling or recomputing
-        if size < p.max_num_seqs and self.ctx.waiting:
+        if size < limits[4] and self.ctx.waiting:  # limits[4]: max_num_seqs
             return None  # the head of the queue waits for blocks that only a finish frees
-        bs = p.block_size
+        bs = self.kv.block_size
+        max_len = limits[1] + 1
         g = self._group
         n = out.num_group  # the decode group's members lead the running list
         listed = running[n:] if n else running
-        if listed and self._lazy and not self._steady(listed):
-            return None  # they could not join the group after the step
-        # computed = known tokens: all sample
-        left = p.max_model_len
         if listed:
+            if self._lazy and not self._steady(listed):
+                return None  # they could not join the group after the step
+            # computed = known tokens: all sample
             left = min(min(map(sub, map(_output_len, listed), map(_num_output, listed))),
-                       p.max_model_len - max(map(_computed, listed)))
-        if n:  # a member samples its last token when the count reaches its last
-            left = min(left, g.heap[0][0] - g.count + 1)
+                       max_len - max(map(_computed, listed)))
+            if n:  # a member samples its last token when the count reaches its last
+                left = min(left, g.heap[0][0] - g.count + 1)
+        else:
+            left = g.heap[0][0] - g.count + 1
         free = self.kv.pool.free_queue.num_free_blocks
         if left > 1 and size * (1 + (left - 2) // bs) > free:  # the blocks may not last
             # follow-on step j computes token C + j - 1: a new block when it starts one
