@@ -51,58 +51,59 @@ class LazyDecode(PolicyState):
         g = self._group
         running = self.running
         m = len(g.members)
+        size = len(running)
         last_end = self.ctx.last_step_end
-        if not running or (m and g.last_end != last_end):
+        if not size or (m and g.last_end != last_end):
             self._sync_group()
             return None
-        budget, last_slot, threshold = self._limits[:3]
-        bs = self.kv.block_size
+        limits = self._limits
+        kv = self.kv
+        bs = g.block_size
         d = g.count
-        tail = running[m:] if m else running
-        num_new = len(g.at(0))  # members starting a block
-        for req in tail:  # joiners: they sampled in the last step and computed the rest
-            c = req.num_computed_tokens
-            o = req.num_output_tokens
-            if (o == 0 or c != (req.prompt_len or 1) + o - 1 or c >= last_slot
-                    or req.last_token != last_end):
-                self._sync_group()
+        new = g.buckets[-d % bs]  # members whose next slot starts a block
+        num_new = len(new)
+        if m < size:  # joiners: they sampled in the last step and computed the rest
+            last_slot = limits[1]
+            tail = running[m:]
+            for req in tail:
+                c = req.num_computed_tokens
+                o = req.num_output_tokens
+                if (o == 0 or c != (req.prompt_len or 1) + o - 1 or c >= last_slot
+                        or req.last_token != last_end):
+                    self._sync_group()
+                    return None
+                if c % bs == 0:
+                    num_new += 1
+            if not self._steady(tail) or num_new > kv.pool.free_queue.num_free_blocks:
+                self._sync_group()  # (with too few blocks, someone is preempted)
                 return None
-            if c % bs == 0:
-                num_new += 1
-        if tail and not self._steady(tail):
-            self._sync_group()
-            return None
-        if num_new > self.kv.pool.free_queue.num_free_blocks:
-            self._sync_group()  # someone is preempted
-            return None
-        if tail:
             seqs = self.seqs
-            max_len = last_slot + 1
             join = g.join
             for req in tail:
-                join(req, seqs[req.id], req.num_computed_tokens, max_len)
-        kv = self.kv
-        new = g.at(0)
+                join(req, seqs[req.id], req.num_computed_tokens, last_slot + 1)
+        elif num_new > kv.pool.free_queue.num_free_blocks:
+            self._sync_group()  # someone is preempted
+            return None
         if new:
             kv.append_blocks(new)
         if kv.enable_caching:  # blocks filled by this step's token (hashed when they became known)
             seqs = self.seqs
             cache_blocks = kv.cache_blocks
-            for req in g.at(1):
+            for req in g.buckets[-(d + 1) % bs]:
                 cache_blocks(req, seqs[req.id].base + d + 1)
         g.count = d + 1
-        n = len(g.members)
         waiting = self.ctx.waiting
-        if waiting and n < self._limits[4]:  # the queue is served as usual
-            if threshold and n + len(waiting) <= 1:
+        if waiting and size < limits[4]:  # the queue is served as usual (limits[4]: max seqs)
+            threshold = limits[2]
+            if threshold and size + len(waiting) <= 1:
                 threshold = 0
-            out = self._admit(budget - n, threshold, [], {}, [], [], n, n)
+            out = self._admit(limits[0] - size, threshold, [], {}, [], [], size, size)
         else:  # nobody can join: the step is the group's
             self._finished_since_schedule = False
-            out = StepOutput([], [], self._arrivals, n)
-            out.num_decode = out.num_emits = n
+            out = StepOutput([], [], self._arrivals, size)
+            out.num_decode = out.num_emits = size
             self._arrivals = []
-        out.num_group = n
+        out.num_group = size
         out.group_at = d
         g.out = out
         return out
