@@ -81,6 +81,7 @@ class LazyDecode(PolicyState):
             join = g.join
             for req in tail:
                 join(req, seqs[req.id], req.num_computed_tokens, last_slot + 1)
+            g.last_end = last_end  # every member's last token (checked for the joiners)
         elif num_new > kv.pool.free_queue.num_free_blocks:
             self._sync_group()  # someone is preempted
             return None
