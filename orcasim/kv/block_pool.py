@@ -163,6 +163,9 @@ class BlockPool:
         # are append-only), and either can be hit until it is evicted.
         self.cached: dict[Hashable, dict[int, Block]] = {}
         self.num_evictions = 0
+        #: changes whenever the free queue or the prefix cache does (a caller may keep what
+        #: it computed from them, such as a refused allocation, while it stays the same)
+        self.version = 0
 
     # -- queries ------------------------------------------------------------
     @property
@@ -203,6 +206,7 @@ class BlockPool:
         queue = self.free_queue
         if n > queue.num_free_blocks:
             return None
+        self.version += 1
         # queue.popleft_n(n), each block evicted and referenced on the way
         head = queue._head
         out = []
@@ -238,6 +242,7 @@ class BlockPool:
             return
         if block.block_hash is not None:
             raise ValueError(f"{block!r} already has a hash")
+        self.version += 1
         block.block_hash = block_hash
         self.cached.setdefault(block_hash, {})[block.block_id] = block
 
@@ -245,6 +250,7 @@ class BlockPool:
         """Take a reference on blocks found in the cache (reviving free ones)."""
         queue = self.free_queue
         null = self.null_block
+        self.version += 1
         for b in blocks:
             if b.ref_cnt == 0 and b is not null:
                 queue.remove(b)
@@ -264,6 +270,7 @@ class BlockPool:
         blocks tail first to keep its shared prefix cached the longest.
         """
         append = self.free_queue.append
+        self.version += 1
         for b in self.drop_refs(ordered):
             append(b)
 
@@ -288,6 +295,7 @@ class BlockPool:
     def evict_all_cached(self) -> int:
         """Forget every cached hash held by a free block; returns how many were dropped."""
         n = 0
+        self.version += 1
         for b in self.free_queue:
             if b.block_hash is not None:
                 self._evict(b)

@@ -52,6 +52,7 @@ class ReuseFirstBlockPool(BlockPool):
         # their order, as prepend_n) on the way, those with content appended after
         null = self.null_block
         queue = self.free_queue
+        self.version += 1
         prev = queue._head
         first = prev.next_free
         num_plain = 0
@@ -257,6 +258,7 @@ class KVCacheManager:
         queue = pool.free_queue
         if not queue.num_free_blocks:
             return False
+        pool.version += 1
         b = queue.popleft()  # as get_new_blocks(1)
         if b.block_hash is not None:
             pool._evict(b)

@@ -40,6 +40,7 @@ class Scheduling(PolicyState):
     num_prefix_hit_tokens: int
     _limits: tuple[Any, ...]
     _fit: tuple[int, int, int]
+    _refused: tuple[Any, ...] | None = None  # the last admission refused, as _admit keys it
     _lazy: bool
     _schedule_lazily: Any  # LazyDecode._schedule_lazily
 
@@ -304,23 +305,32 @@ class Scheduling(PolicyState):
             chunked = p.enable_chunked_prefill
             reserve = p.scheduler_reserve_full_isl
             caching = kv.enable_caching
+            pool = kv.pool
             while budget > 0 and waiting and len(running) < max_num_seqs:
                 req = waiting[0]
                 seq = seqs[req.id]
                 if seq.num_stale:  # a step of it is still in flight
                     skipped.append(waiting.popleft())
                     continue
+                # the same request refused with everything it is decided on unchanged (its
+                # tokens, the blocks and cache, the budget) is refused again
+                attempt = (req, req.num_output_tokens, pool.version, budget, threshold,
+                           bool(running))
+                if attempt == self._refused:
+                    break
                 hit, num_hit = kv.get_computed_blocks(req) if caching else ([], 0)
                 n = seq.num_prompt + req.num_output_tokens - num_hit  # req.num_tokens - hit
                 if 0 < threshold < n:
                     n = threshold
                 if not chunked and n > budget:
+                    self._refused = attempt
                     break
                 if n > budget:
                     n = budget
                 if kv.allocate_slots(req, n, hit, num_hit, full_sequence_must_fit=reserve,
                                      watermark_blocks=self.watermark_blocks if running else 0
                                      ) is None:
+                    self._refused = attempt
                     break
                 waiting.popleft()
                 running.append(req)
