@@ -68,8 +68,10 @@ class Output(PolicyState):
                 kv.update_hashes(req)
             if in_flight and seq.num_placeholders and not stale:
                 seq.num_placeholders -= 1
-                if seq.status == RUNNING:
-                    kv.cache_blocks(req, req.num_computed_tokens - seq.num_in_flight)
+                if seq.status == RUNNING and hashing:  # (cache_blocks is a no-op otherwise)
+                    m = req.num_computed_tokens - seq.num_in_flight
+                    if m // block_size > kv.num_cached.get(req.id, 0):  # a new full block
+                        kv.cache_blocks(req, m)
             if known >= max_len or num_out >= req.output_len:
                 if seq.status != RUNNING:  # its last token came after it was preempted
                     queued.add(req.id)

@@ -296,8 +296,8 @@ class Scheduling(PolicyState):
         queue (none after a preemption), then every entry's computed tokens advanced."""
         kv, seqs, running = self.kv, self.seqs, self.running
         waiting = self.ctx.waiting
-        max_num_seqs, priority, use_placeholders = (self._limits[4], self._limits[5],
-                                                     self._limits[3])
+        limits = self._limits
+        max_num_seqs = limits[4]
         num_tokens = num_emits = 0
         if not preempted and budget > 0 and waiting and len(running) < max_num_seqs:
             skipped: list[Request] = []
@@ -339,7 +339,7 @@ class Scheduling(PolicyState):
                     self.num_prompt_tokens_admitted += req.prompt_len
                     self.num_prefix_hit_tokens += min(num_hit, req.prompt_len)
                 e = [req, n, num_hit, kind, False]
-                if priority:
+                if limits[5]:  # priority
                     scheduled[req.id] = e
                 else:
                     entries.append(e)
@@ -352,6 +352,7 @@ class Scheduling(PolicyState):
                 self._enqueue_front(req)
 
         # advance the computed tokens now, so the next step can be scheduled at once
+        priority, use_placeholders = limits[5], limits[3]
         num_tokens += num_lazy
         num_emits += num_lazy
         if priority:
