@@ -166,3 +166,4 @@ def test_golden_workloads_without_a_trace_decode_lazily_as_step_by_step():
                 lazy["steps"], lazy["free"], lazy["cached"], lazy["evictions"]), where
         stepped += count > 0
     assert len(workloads) >= 25 and stepped == len(workloads), (stepped, len(workloads))
+
