@@ -20,6 +20,7 @@ from __future__ import annotations
 import gc
 import json
 import time
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -178,7 +179,7 @@ class TraceWriter:
     def __init__(self, block_tables: bool = False) -> None:
         self.block_tables = block_tables
         self.lines: list[dict[str, Any]] = []
-        self._open: dict[int, dict[str, Any]] = {}
+        self._open: deque[dict[str, Any]] = deque()  # lines awaiting their output, oldest first
         # labels of the requests in the system, by request (each made once, at arrival)
         self._labels: dict[Request, str] = {}
 
@@ -212,11 +213,11 @@ class TraceWriter:
             "free_blocks_after_schedule": kv.pool.free_queue.num_free_blocks,
             "cached_blocks": len(kv.pool.cached),
         }
-        self._open[id(out)] = line
+        self._open.append(line)
         self.lines.append(line)
 
     def updated(self, policy: VllmV1, out: StepOutput, finished: list[Request]) -> None:
-        line = self._open.pop(id(out))
+        line = self._open.popleft()  # outputs come in step order
         line["finished"] = list(map(self._labels.pop, finished)) if finished else []
         line["free_blocks_after_update"] = policy.kv.pool.free_queue.num_free_blocks
 
