@@ -251,6 +251,26 @@ class KVCacheManager:
                 self.cache_blocks(req, m)
         return new
 
+    def allocate_fresh(self, req: Any, num_new_tokens: int, full_sequence_must_fit: bool,
+                       watermark_blocks: int) -> bool:
+        """:meth:`allocate_slots` for a request with no blocks and no prefix hit (an admission
+        that hit nothing): its first blocks, or False changing nothing."""
+        bs = self.block_size
+        max_len = self.max_model_len
+        free = self.pool.free_queue.num_free_blocks - watermark_blocks
+        if full_sequence_must_fit and (min(req.num_tokens, max_len) + bs - 1) // bs > free:
+            return False
+        computed = min(req.num_computed_tokens, max_len)
+        need = (min(computed + num_new_tokens, max_len) + bs - 1) // bs
+        if need > free:
+            return False
+        self.tables[req.id] = self.pool.get_new_blocks(need) if need > 0 else []
+        if self.enable_caching:
+            m = min(computed + num_new_tokens, req.num_tokens)
+            if m // bs > self.num_cached.get(req.id, 0):
+                self.cache_blocks(req, m)
+        return True
+
     def append_block(self, req: Any) -> bool:
         """One more block at the end of a running request's table (a decode crossing a block
         boundary); False, changing nothing, when no block is free."""

@@ -327,9 +327,11 @@ class Scheduling(PolicyState):
                     break
                 if n > budget:
                     n = budget
-                if kv.allocate_slots(req, n, hit, num_hit, full_sequence_must_fit=reserve,
-                                     watermark_blocks=self.watermark_blocks if running else 0
-                                     ) is None:
+                watermark = self.watermark_blocks if running else 0
+                if not (kv.allocate_fresh(req, n, reserve, watermark) if not hit
+                        and req.id not in kv.tables else
+                        kv.allocate_slots(req, n, hit, num_hit, full_sequence_must_fit=reserve,
+                                          watermark_blocks=watermark) is not None):
                     self._refused = attempt
                     break
                 waiting.popleft()
