@@ -21,8 +21,6 @@ them.
 
 from __future__ import annotations
 
-from itertools import repeat
-from operator import add
 from typing import Any
 
 from orcasim.policies.vllm_v1.group import DecodeGroup
@@ -124,12 +122,6 @@ class LazyDecode(PolicyState):
             if num_cached is not None and num_cached.get(req.id, 0) < c // bs:
                 return False
         return True
-
-    def _group_plan(self, out: StepOutput) -> tuple[list[Any], list[int]]:
-        """The members' ``(request, 1)`` pairs and contexts in a step the group scheduled."""
-        g = self._group
-        n = out.num_group
-        return g.pairs[:n], list(map(add, g.bases[:n], repeat(out.group_at, n)))
 
     def _group_output(self, out: StepOutput, t_end: float) -> list[Request]:
         """The members' tokens of a step the group scheduled: hashes of the blocks they

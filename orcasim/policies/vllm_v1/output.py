@@ -8,7 +8,8 @@ engine's :class:`~orcasim.plan.StepPlan`.
 
 from __future__ import annotations
 
-from operator import itemgetter
+from itertools import repeat
+from operator import add, itemgetter
 from typing import Any
 
 from orcasim.plan import StepPlan
@@ -20,7 +21,7 @@ class Output(PolicyState):
     """The output update and the plan of vLLM V1's scheduler (mixed into ``VllmV1``)."""
 
     _group_output: Any  # LazyDecode._group_output
-    _group_plan: Any  # LazyDecode._group_plan
+    _group: Any  # DecodeGroup
 
     # -- processing a step's output ----------------------------------------------------
     def _update(self, out: StepOutput, plan: StepPlan | None = None) -> None:
@@ -118,8 +119,11 @@ class Output(PolicyState):
     def _plan(self, out: StepOutput) -> StepPlan:
         """The step's plan: one token of a request past its prompt is a decode."""
         entries = out.entries
-        if out.num_group:  # the decode group's members come first
-            pairs, contexts = self._group_plan(out)
+        n = out.num_group
+        if n:  # the decode group's members come first: (member, 1), base + count before
+            g = self._group
+            pairs = g.pairs[:n]
+            contexts = list(map(add, g.bases[:n], repeat(out.group_at, n)))
             if entries:
                 pairs += map(_pair, entries)
                 contexts += map(_start, entries)
