@@ -229,7 +229,7 @@ def _young_collections_rarer(threshold: int = 50_000) -> Iterator[None]:
 
     A trace keeps every line, a dict with half a dozen lists, to the end: with
     the default threshold the cyclic collector runs every few steps and
-    promotes them over and over (about 15 % of a golden workload's run). The
+    promotes them over and over (about 3 % of a golden workload's run). The
     run makes little cyclic garbage, and it is still collected, less often.
     """
     before = gc.get_threshold()
