@@ -232,7 +232,8 @@ class LazyDecode(PolicyState):
         # of the block size) took theirs
         pool = self.pool
         series = pool is not None and pool.series is not None
-        alloc = pool.alloc.allocated_slots if series else 0  # type: ignore[union-attr]
+        # the allocator's allocated_slots: the blocks its pool (the cache manager's) holds
+        alloc = kv.pool.num_held_blocks * bs if series else 0
         allocs = [alloc]
         new: list[Request] = []
         for j in range(d, d + last):

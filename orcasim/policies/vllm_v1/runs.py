@@ -87,8 +87,12 @@ class VllmRuns(PolicyState):
             if self._lazy and not self._steady(listed):
                 return None  # they could not join the group after the step
             # computed = known tokens: all sample
-            left = min(min(map(sub, map(_output_len, listed), map(_num_output, listed))),
-                       max_len - max(map(_computed, listed)))
+            if len(listed) == 1:
+                r = listed[0]
+                left = min(r.output_len - r.num_output_tokens, max_len - r.num_computed_tokens)
+            else:
+                left = min(min(map(sub, map(_output_len, listed), map(_num_output, listed))),
+                           max_len - max(map(_computed, listed)))
             if n:  # a member samples its last token when the count reaches its last
                 left = min(left, g.heap[0][0] - g.count + 1)
         else:
