@@ -294,8 +294,7 @@ class VllmV1(VllmRuns, LazyDecode, Scheduling, Output, TokenPolicy):
         queue = self._queue
         if self._lazy:  # synchronous, no observer: nothing is in flight between decisions
             self._take_arrivals()
-            if self.running:
-                self._scheduled_at = ctx.env._now
+            if self.running:  # (_scheduled_at is read by async scheduling only)
                 out = self._schedule_lazily()
                 if out is not None:  # every running request decodes: the group's step
                     self._update_at_end = True  # its output is processed after it has run
