@@ -173,3 +173,33 @@ def test_appending_blocks_at_once_takes_them_as_one_by_one():
     assert not many.append_blocks([a2])
     assert len(many.tables[0]) == 6 and len(many.tables[1]) == 5
     many.pool.check()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 40), st.integers(1, 40), st.booleans(),
+                          st.integers(0, 3), st.booleans()), min_size=1, max_size=12),
+       st.integers(1, 8), st.booleans())
+def test_allocate_fresh_is_allocate_slots_for_a_request_without_blocks_or_hit(
+        reqs, block_size, caching):
+    # twin managers: one admits with allocate_slots, the other with allocate_fresh; answers,
+    # tables, the free queue and the prefix cache stay the same (some requests finish)
+    twins = [KVCacheManager(24, block_size, enable_caching=caching, max_model_len=60)
+             for _ in range(2)]
+    for i, (prompt, chunk, reserve, watermark, done) in enumerate(reqs):
+        got = []
+        for k, kv in enumerate(twins):
+            r = req(i, prompt, prefix=("S", min(prompt, 8)))
+            kv.update_hashes(r)
+            n = min(chunk, prompt)
+            if k == 0:
+                got.append(kv.allocate_slots(r, n, full_sequence_must_fit=reserve,
+                                             watermark_blocks=watermark) is not None)
+            else:
+                got.append(kv.allocate_fresh(r, n, reserve, watermark))
+            if got[-1] and done:
+                kv.free(r)
+        assert got[0] == got[1]
+        a, b = twins
+        assert {k: ids(t) for k, t in a.tables.items()} == {k: ids(t) for k, t in b.tables.items()}
+        assert ids(a.pool.free_queue) == ids(b.pool.free_queue)
+        assert a.num_cached == b.num_cached and a.pool.cached.keys() == b.pool.cached.keys()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
@@ -9,9 +10,10 @@ import numpy as np
 import pytest
 
 import orcasim
+import orcasim.steptrace
 from orcasim.cli import main
 from orcasim.errors import ScenarioError
-from orcasim.steptrace import read_trace
+from orcasim.steptrace import load_workload, read_trace, run_trace
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "vllm_v1"
 TINY = [{"name": "a", "arrival": 0, "prompt_len": 10, "output_len": 3},
@@ -275,3 +277,22 @@ def test_pool_sizes_are_bounded_so_nothing_runs_for_ever(tmp_path, capsys):
         orcasim.Scenario({"workload": {"type": "list", "requests": [{"prompt_len": 1,
                                                                       "output_len": 1}]},
                           "policy": "fcfs", "memory": {"num_blocks": 10**9}})
+
+
+def test_a_step_trace_collects_young_objects_less_often_and_puts_the_thresholds_back():
+    seen = []
+    workload = load_workload(Path(__file__).parent / "golden" / "vllm_v1" / "tiny.json")
+    before = gc.get_threshold()
+    writer_scheduled = orcasim.steptrace.TraceWriter.scheduled
+
+    def spy(self, policy, out):
+        seen.append(gc.get_threshold())
+        return writer_scheduled(self, policy, out)
+
+    orcasim.steptrace.TraceWriter.scheduled = spy  # type: ignore[method-assign]
+    try:
+        lines, _ = run_trace(workload)
+    finally:
+        orcasim.steptrace.TraceWriter.scheduled = writer_scheduled  # type: ignore[method-assign]
+    assert len(seen) == len(lines) and seen[0] == (50_000, *before[1:])
+    assert gc.get_threshold() == before

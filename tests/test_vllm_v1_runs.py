@@ -55,20 +55,25 @@ def run_pair(overrides: dict, n: int) -> list[dict]:
             m.env.run()
         finally:
             Engine.fast_paths = True
-        rec, policy = m.recorder, m.engine.policy
-        kv = policy.kv
-        out.append({
-            "columns": rec.request_columns(), "itl": rec.itl_samples(),
-            "itl_times": rec.itl_times(), "series": rec.series_rows(),
-            "num_steps": rec.num_steps, "sum_batch": rec.sum_batch,
-            "busy": m.engine.busy_time, "now": m.env.now, "events": next(m.env._eid),
-            "kv_series": rec.kv.rows(), "kv": policy.pool.summary(),
-            "preemptions": m.ctx.preemption_summary(),
-            "blocks": ([b.block_id for b in kv.pool.free_queue],
-                       {h: list(blocks) for h, blocks in kv.pool.cached.items()},
-                       kv.pool.num_evictions, len(kv.hasher)),
-        })
+        out.append(record(m))
     return out
+
+
+def record(m) -> dict:
+    """What a finished model recorded, for comparisons (see :func:`run_pair`)."""
+    rec, policy = m.recorder, m.engine.policy
+    kv = policy.kv
+    return {
+        "columns": rec.request_columns(), "itl": rec.itl_samples(),
+        "itl_times": rec.itl_times(), "series": rec.series_rows(),
+        "num_steps": rec.num_steps, "sum_batch": rec.sum_batch,
+        "busy": m.engine.busy_time, "now": m.env.now, "events": next(m.env._eid),
+        "kv_series": rec.kv.rows(), "kv": policy.pool.summary(),
+        "preemptions": m.ctx.preemption_summary(),
+        "blocks": ([b.block_id for b in kv.pool.free_queue],
+                   {h: list(blocks) for h, blocks in kv.pool.cached.items()},
+                   kv.pool.num_evictions, len(kv.hasher)),
+    }
 
 
 def assert_same(slow: dict, fast: dict) -> None:

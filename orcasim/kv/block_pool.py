@@ -55,9 +55,16 @@ class FreeBlockQueue:
         self._tail = Block(-2)
         self._head.next_free = self._tail
         self._tail.prev_free = self._head
-        self.num_free_blocks = 0
-        for b in blocks:
-            self.append(b)
+        prev = self._head
+        n = 0
+        for b in blocks:  # linked in one pass, as appending each in turn
+            prev.next_free = b
+            b.prev_free = prev
+            prev = b
+            n += 1
+        prev.next_free = self._tail
+        self._tail.prev_free = prev
+        self.num_free_blocks = n
 
     def __len__(self) -> int:
         return self.num_free_blocks
@@ -156,6 +163,9 @@ class BlockPool:
         # are append-only), and either can be hit until it is evicted.
         self.cached: dict[Hashable, dict[int, Block]] = {}
         self.num_evictions = 0
+        #: changes whenever the free queue or the prefix cache does (a caller may keep what
+        #: it computed from them, such as a refused allocation, while it stays the same)
+        self.version = 0
 
     # -- queries ------------------------------------------------------------
     @property
@@ -193,14 +203,26 @@ class BlockPool:
 
         Returns None, and changes nothing, when fewer than ``n`` are free.
         """
-        if n > self.free_queue.num_free_blocks:
+        queue = self.free_queue
+        if n > queue.num_free_blocks:
             return None
-        out = self.free_queue.popleft_n(n)
-        for b in out:
-            if b.block_hash is not None:
-                self._evict(b)
-            b.ref_cnt = 1
-        return out
+        self.version += 1
+        # queue.popleft_n(n), each block evicted and referenced on the way
+        head = queue._head
+        out = []
+        b = head.next_free
+        for _ in range(n):
+            out.append(b)
+            nxt = b.next_free  # type: ignore[union-attr]
+            b.prev_free = b.next_free = None  # type: ignore[union-attr]
+            if b.block_hash is not None:  # type: ignore[union-attr]
+                self._evict(b)  # type: ignore[arg-type]
+            b.ref_cnt = 1  # type: ignore[union-attr]
+            b = nxt
+        head.next_free = b
+        b.prev_free = head  # type: ignore[union-attr]
+        queue.num_free_blocks -= n
+        return out  # type: ignore[return-value]
 
     def _evict(self, b: Block) -> None:
         blocks = self.cached.get(b.block_hash)
@@ -220,6 +242,7 @@ class BlockPool:
             return
         if block.block_hash is not None:
             raise ValueError(f"{block!r} already has a hash")
+        self.version += 1
         block.block_hash = block_hash
         self.cached.setdefault(block_hash, {})[block.block_id] = block
 
@@ -227,6 +250,7 @@ class BlockPool:
         """Take a reference on blocks found in the cache (reviving free ones)."""
         queue = self.free_queue
         null = self.null_block
+        self.version += 1
         for b in blocks:
             if b.ref_cnt == 0 and b is not null:
                 queue.remove(b)
@@ -246,6 +270,7 @@ class BlockPool:
         blocks tail first to keep its shared prefix cached the longest.
         """
         append = self.free_queue.append
+        self.version += 1
         for b in self.drop_refs(ordered):
             append(b)
 
@@ -270,6 +295,7 @@ class BlockPool:
     def evict_all_cached(self) -> int:
         """Forget every cached hash held by a free block; returns how many were dropped."""
         n = 0
+        self.version += 1
         for b in self.free_queue:
             if b.block_hash is not None:
                 self._evict(b)

@@ -48,11 +48,36 @@ class ReuseFirstBlockPool(BlockPool):
     """
 
     def free_blocks(self, ordered: Iterable[Block]) -> None:
-        freed = self.drop_refs(ordered)
+        # as drop_refs, then the freed blocks without content linked in at the head (in
+        # their order, as prepend_n) on the way, those with content appended after
+        null = self.null_block
         queue = self.free_queue
-        queue.prepend_n([b for b in freed if b.block_hash is None])
-        for b in freed:
-            if b.block_hash is not None:
+        self.version += 1
+        prev = queue._head
+        first = prev.next_free
+        num_plain = 0
+        cached: list[Block] = []
+        try:
+            for b in ordered:
+                if b is null:
+                    continue
+                rc = b.ref_cnt
+                if rc <= 0:
+                    raise ValueError(f"double free of {b!r}")
+                b.ref_cnt = rc = rc - 1
+                if rc == 0:
+                    if b.block_hash is None:
+                        prev.next_free = b
+                        b.prev_free = prev
+                        prev = b
+                        num_plain += 1
+                    else:
+                        cached.append(b)
+        finally:  # the queue stays whole, with the blocks freed so far
+            prev.next_free = first
+            first.prev_free = prev  # type: ignore[union-attr]
+            queue.num_free_blocks += num_plain
+            for b in cached:
                 queue.append(b)
 
 
@@ -226,6 +251,26 @@ class KVCacheManager:
                 self.cache_blocks(req, m)
         return new
 
+    def allocate_fresh(self, req: Any, num_new_tokens: int, full_sequence_must_fit: bool,
+                       watermark_blocks: int) -> bool:
+        """:meth:`allocate_slots` for a request with no blocks and no prefix hit (an admission
+        that hit nothing): its first blocks, or False changing nothing."""
+        bs = self.block_size
+        max_len = self.max_model_len
+        free = self.pool.free_queue.num_free_blocks - watermark_blocks
+        if full_sequence_must_fit and (min(req.num_tokens, max_len) + bs - 1) // bs > free:
+            return False
+        computed = min(req.num_computed_tokens, max_len)
+        need = (min(computed + num_new_tokens, max_len) + bs - 1) // bs
+        if need > free:
+            return False
+        self.tables[req.id] = self.pool.get_new_blocks(need) if need > 0 else []
+        if self.enable_caching:
+            m = min(computed + num_new_tokens, req.num_tokens)
+            if m // bs > self.num_cached.get(req.id, 0):
+                self.cache_blocks(req, m)
+        return True
+
     def append_block(self, req: Any) -> bool:
         """One more block at the end of a running request's table (a decode crossing a block
         boundary); False, changing nothing, when no block is free."""
@@ -233,6 +278,7 @@ class KVCacheManager:
         queue = pool.free_queue
         if not queue.num_free_blocks:
             return False
+        pool.version += 1
         b = queue.popleft()  # as get_new_blocks(1)
         if b.block_hash is not None:
             pool._evict(b)
@@ -243,7 +289,7 @@ class KVCacheManager:
     def append_blocks(self, reqs: list[Any]) -> bool:
         """:meth:`append_block` for each request of ``reqs`` in turn (one may come more than
         once); False, changing nothing, when fewer blocks are free."""
-        new = self.pool.get_new_blocks(len(reqs))  # taken from the head in order, as one by one
+        new = self.pool.get_new_blocks(len(reqs))  # from the head in order, as one by one
         if new is None:
             return False
         tables = self.tables

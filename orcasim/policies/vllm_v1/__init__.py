@@ -40,7 +40,7 @@ take no time.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from typing import Any, Literal
 
 import simpy
@@ -53,6 +53,8 @@ from orcasim.kv.config import MAX_BLOCK_SIZE, MemoryLayout
 from orcasim.kv.pool import KVPool
 from orcasim.plan import StepPlan
 from orcasim.policies.base import PolicyParams, TokenPolicy
+from orcasim.policies.vllm_v1.group import DecodeGroup
+from orcasim.policies.vllm_v1.lazy import LazyDecode
 from orcasim.policies.vllm_v1.output import Output
 from orcasim.policies.vllm_v1.runs import VllmRuns
 from orcasim.policies.vllm_v1.schedule import Scheduling
@@ -94,7 +96,7 @@ __all__ = [
 
 
 @policies.register("vllm-v1")
-class VllmV1(VllmRuns, Scheduling, Output, TokenPolicy):
+class VllmV1(VllmRuns, LazyDecode, Scheduling, Output, TokenPolicy):
     """vLLM V1's scheduler: one token budget, running first, recompute preemption, prefix cache."""
 
     class Params(PolicyParams):
@@ -180,12 +182,16 @@ class VllmV1(VllmRuns, Scheduling, Output, TokenPolicy):
                                  pool=self.pool.block_pool if self.pool is not None else None)
         self.priority = params.policy == "priority"
         self.watermark_blocks = int(params.watermark * params.num_blocks)
+        self._set_limits()
+        self._group = DecodeGroup(params.block_size)
+        self._lazy = self.lazy_decode and not params.async_scheduling
         self.seqs: dict[int, Seq] = {}
         self._observer: StepObserver | None = None
         self._finished_since_schedule = False
         self._arrivals: list[Request] = []
         self._queue: deque[StepOutput] = deque()  # steps in flight, newest first
         self._queue_size = 2 if params.async_scheduling else 1
+        self._empty_steps = params.empty_steps
         self._lagged = params.async_scheduling and params.input_lag
         self._held: deque[Request] = deque()  # arrived, not yet taken (input_lag)
         self._scheduled_at = 0.0  # when the last schedule call ran
@@ -209,6 +215,9 @@ class VllmV1(VllmRuns, Scheduling, Output, TokenPolicy):
         # an observer sees every step: no runs, and no lazy arrivals to serve them
         self._observer = observer
         self._runs = observer is None and self.runs_unchanged
+        # an observer sees every request's entry in every step: no decode group
+        self._sync_group()
+        self._lazy = observer is None and self.lazy_decode and not self.params.async_scheduling
         if self._runs:
             self.__dict__.pop("decode_run", None)
         else:
@@ -216,8 +225,14 @@ class VllmV1(VllmRuns, Scheduling, Output, TokenPolicy):
 
     # -- the waiting queue (ctx.waiting, kept in the policy's order) ------------------
 
+    def running_requests(self) -> Iterator[Request]:
+        """The running requests, their counters up to date."""
+        self._sync_group()
+        return iter(self.running)
+
     def drop(self, req: Request) -> None:
         """Out of the batch (a hard stop), its blocks freed."""
+        self._sync_group()
         self.running.remove(req)
         self.kv.free(req)
         if self.pool is not None:
@@ -225,6 +240,7 @@ class VllmV1(VllmRuns, Scheduling, Output, TokenPolicy):
 
     def cancel(self, req: Request) -> None:
         """Out of the queue or the batch, blocks freed; a step of it in flight is ignored."""
+        self._sync_group()
         seq = self.seqs.pop(req.id, None)
         if req in self.running:
             self.running.remove(req)
@@ -276,6 +292,14 @@ class VllmV1(VllmRuns, Scheduling, Output, TokenPolicy):
         nothing is left to run). vLLM's engine loop with its batch queue."""
         ctx = self.ctx
         queue = self._queue
+        if self._lazy:  # synchronous, no observer: nothing is in flight between decisions
+            self._take_arrivals()
+            if self.running:  # (_scheduled_at is read by async scheduling only)
+                out = self._schedule_lazily()
+                if out is not None:  # every running request decodes: the group's step
+                    self._update_at_end = True  # its output is processed after it has run
+                    self._current = out
+                    return self._plan(out)
         while True:
             self._take_arrivals()
             if not self.running and not ctx.waiting and not self._held and ctx.arrivals_done:
@@ -284,7 +308,7 @@ class VllmV1(VllmRuns, Scheduling, Output, TokenPolicy):
                 self._wait_on = None
                 return None
             if self.running or ctx.waiting or self._finished_since_schedule:  # has requests
-                self._scheduled_at = ctx.now
+                self._scheduled_at = ctx.env._now
                 out = self._schedule()
                 if self._observer is not None:
                     self._observer.scheduled(self, out)
@@ -296,7 +320,7 @@ class VllmV1(VllmRuns, Scheduling, Output, TokenPolicy):
                         self._update_at_end = True  # after the step has run
                     else:
                         self._update(oldest)
-                if out.num_tokens or self.params.empty_steps:
+                if out.num_tokens or self._empty_steps:
                     self._current = out
                     return self._plan(out)
                 # Nothing scheduled: in simulated time the call takes no time.
@@ -326,8 +350,9 @@ class VllmV1(VllmRuns, Scheduling, Output, TokenPolicy):
         assert out is not None and out.plan is plan
         out.t_end = t_end
         out.prev_end = self.ctx.last_step_end
-        if self.pool is not None:
-            self.pool.observe(t_start, t_end, plan.num_kv_tokens + out.num_tokens, False)
+        pool = self.pool
+        if pool is not None and pool.series is not None:
+            pool.observe(t_start, t_end, plan.num_kv_tokens + out.num_tokens, False)
         if self._update_at_end:
             self._update_at_end = False
             self._update(out, plan)

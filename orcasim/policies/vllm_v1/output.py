@@ -8,7 +8,9 @@ engine's :class:`~orcasim.plan.StepPlan`.
 
 from __future__ import annotations
 
-from operator import itemgetter
+from itertools import repeat
+from operator import add, itemgetter
+from typing import Any
 
 from orcasim.plan import StepPlan
 from orcasim.policies.vllm_v1.state import RUNNING, PolicyState, StepOutput
@@ -17,6 +19,9 @@ from orcasim.request import Request
 
 class Output(PolicyState):
     """The output update and the plan of vLLM V1's scheduler (mixed into ``VllmV1``)."""
+
+    _group_output: Any  # LazyDecode._group_output
+    _group: Any  # DecodeGroup
 
     # -- processing a step's output ----------------------------------------------------
     def _update(self, out: StepOutput, plan: StepPlan | None = None) -> None:
@@ -29,6 +34,9 @@ class Output(PolicyState):
         t_end, prev_end = out.t_end, out.prev_end
         bulk = 0
         finished: list[Request] = []
+        if out.num_group:  # the decode group's members: each emitted in the step before too
+            bulk = out.num_group
+            finished = self._group_output(out, t_end)
         queued: set[int] = set()  # finished requests that were in the queue
         record_itl = ctx.recorder.record_itl
         in_flight = p.async_scheduling  # sync: one step in flight, nothing stale
@@ -61,8 +69,10 @@ class Output(PolicyState):
                 kv.update_hashes(req)
             if in_flight and seq.num_placeholders and not stale:
                 seq.num_placeholders -= 1
-                if seq.status == RUNNING:
-                    kv.cache_blocks(req, req.num_computed_tokens - seq.num_in_flight)
+                if seq.status == RUNNING and hashing:  # (cache_blocks is a no-op otherwise)
+                    m = req.num_computed_tokens - seq.num_in_flight
+                    if m // block_size > kv.num_cached.get(req.id, 0):  # a new full block
+                        kv.cache_blocks(req, m)
             if known >= max_len or num_out >= req.output_len:
                 if seq.status != RUNNING:  # its last token came after it was preempted
                     queued.add(req.id)
@@ -97,10 +107,11 @@ class Output(PolicyState):
         takes it out of its list and records it)."""
         if req.num_output_tokens < req.output_len:
             req.reason = "max_model_len"  # finished early: the context is full
-        del self.seqs[req.id]
+        rid = req.id
+        del self.seqs[rid]
         kv = self.kv
         kv.free(req)
-        kv.forget(req)
+        kv.hashes.pop(rid, None)  # kv.forget(req)
         if self.pool is not None:
             self.pool.released()
 
@@ -108,10 +119,20 @@ class Output(PolicyState):
     def _plan(self, out: StepOutput) -> StepPlan:
         """The step's plan: one token of a request past its prompt is a decode."""
         entries = out.entries
-        contexts = list(map(_start, entries))
+        n = out.num_group
+        if n:  # the decode group's members come first: (member, 1), base + count before
+            g = self._group
+            pairs = g.pairs[:n]
+            contexts = list(map(add, g.bases[:n], repeat(out.group_at, n)))
+            if entries:
+                pairs += map(_pair, entries)
+                contexts += map(_start, entries)
+        else:
+            pairs = list(map(_pair, entries))
+            contexts = list(map(_start, entries))
         decode = out.num_decode
-        plan = StepPlan(len(entries), sum(contexts), out.num_tokens - decode,
-                        decode, list(map(_pair, entries)), contexts)
+        plan = StepPlan(len(pairs), sum(contexts), out.num_tokens - decode, decode, pairs,
+                        contexts)
         out.plan = plan
         return plan
 

@@ -49,6 +49,11 @@ class VllmRuns(PolicyState):
     _update_at_end: bool
     _run_t0: float = 0.0
     complete_step: Any  # VllmV1.complete_step
+    _lazy: bool
+    _limits: tuple[Any, ...]  # Scheduling._limits
+    _group: Any  # DecodeGroup
+    _steady: Any  # LazyDecode._steady
+    _complete_group_run: Any  # LazyDecode._complete_group_run
     _retire: Any  # Scheduling._retire
 
     def decode_run(self, plan: StepPlan | None = None) -> tuple[int, int, int, bool] | None:
@@ -61,26 +66,43 @@ class VllmRuns(PolicyState):
         every arrival ends the run. ``None``: step by step.
         """
         out = self._current
-        if (not self._runs or plan is None or out is None or out.plan is not plan
-                or self._observer is not None or out.preempted):
+        if (plan is None or out is None or out.plan is not plan or not self._runs
+                or out.preempted):  # (no runs with an observer)
             return None
-        p = self.params
         running = self.running
         size = len(running)
-        if p.async_scheduling or not size or plan.num_seqs != size:
+        limits = self._limits
+        if limits[3] or not size or plan.num_seqs != size:  # limits[3]: async scheduling
             return None
         if out.num_emits != size:
             return None  # someone is still prefilling or recomputing
-        if size < p.max_num_seqs and self.ctx.waiting:
+        if size < limits[4] and self.ctx.waiting:  # limits[4]: max_num_seqs
             return None  # the head of the queue waits for blocks that only a finish frees
-        bs = p.block_size
-        # computed = known tokens: all sample
-        left = min(min(map(sub, map(_output_len, running), map(_num_output, running))),
-                   p.max_model_len - max(map(_computed, running)))
+        bs = self.kv.block_size
+        max_len = limits[1] + 1
+        g = self._group
+        n = out.num_group  # the decode group's members lead the running list
+        listed = running[n:] if n else running
+        if listed:
+            if self._lazy and not self._steady(listed):
+                return None  # they could not join the group after the step
+            # computed = known tokens: all sample
+            if len(listed) == 1:
+                r = listed[0]
+                left = min(r.output_len - r.num_output_tokens, max_len - r.num_computed_tokens)
+            else:
+                left = min(min(map(sub, map(_output_len, listed), map(_num_output, listed))),
+                           max_len - max(map(_computed, listed)))
+            if n:  # a member samples its last token when the count reaches its last
+                left = min(left, g.heap[0][0] - g.count + 1)
+        else:
+            left = g.heap[0][0] - g.count + 1
         free = self.kv.pool.free_queue.num_free_blocks
         if left > 1 and size * (1 + (left - 2) // bs) > free:  # the blocks may not last
             # follow-on step j computes token C + j - 1: a new block when it starts one
-            firsts = [1 + (-c) % bs for c in map(_computed, running)]
+            firsts = [1 + (-c) % bs for c in map(_computed, listed)]
+            for i, bucket in enumerate(g.buckets if n else ()):  # C = base + count
+                firsts.extend([1 + (-(i + g.count)) % bs] * len(bucket))
             if _count_crossings(firsts, left - 1, bs) > free:
                 lo, hi = 0, left - 1  # the last follow-on step whose blocks all fit
                 while lo < hi:
@@ -90,7 +112,7 @@ class VllmRuns(PolicyState):
                     else:
                         hi = mid - 1
                 left = lo + 1
-        self._run_t0 = self.ctx.env.now
+        self._run_t0 = self.ctx.env._now
         return size, plan.num_kv_tokens + plan.num_tokens, left, True
 
     def complete_run(self, plan: StepPlan, ends: list[float]) -> None:
@@ -111,6 +133,9 @@ class VllmRuns(PolicyState):
         k = len(ends)
         if k == 1:
             self.complete_step(plan, self._run_t0, ends[0])
+            return
+        if self._lazy:
+            self._complete_group_run(plan, ends)
             return
         # the first step as complete_step does it: its memory row, then its output (every
         # request samples, nobody finishes), folded into the pass over the requests

@@ -38,6 +38,11 @@ class Scheduling(PolicyState):
     _scheduled_at: float
     num_prompt_tokens_admitted: int
     num_prefix_hit_tokens: int
+    _limits: tuple[Any, ...]
+    _fit: tuple[int, int, int]
+    _refused: tuple[Any, ...] | None = None  # the last admission refused, as _admit keys it
+    _lazy: bool
+    _schedule_lazily: Any  # LazyDecode._schedule_lazily
 
     @staticmethod
     def _order(req: Request) -> tuple[int, float, int]:
@@ -77,13 +82,20 @@ class Scheduling(PolicyState):
         else:  # they stay where they are, in arrival order
             i = -1
             n = len(waiting)
-            while i >= -n and waiting[i].id not in seqs:
-                fresh.append(waiting[i])
+            while i >= -n:
+                req = waiting[i]
+                if req.id in seqs:
+                    break
+                fresh.append(req)
                 i -= 1
         caching = self.kv.enable_caching
+        max_len, bs, usable = self._fit
         for req in reversed(fresh):
-            found = misfit(req.prompt_len, req.output_len, self.params)
-            if found is not None:
+            prompt_len = req.prompt_len
+            if (prompt_len > max_len  # misfit's tests, inline; misfit says why
+                    or (min((prompt_len or 1) + req.output_len - 1, max_len) + bs - 1) // bs
+                    > usable) and (found := misfit(prompt_len, req.output_len,
+                                                   self.params)) is not None:
                 if not priority:
                     waiting.remove(req)
                 ctx.reject(req, found[0])
@@ -110,6 +122,17 @@ class Scheduling(PolicyState):
         while held and held[0].arrival <= cutoff:
             waiting.append(held.popleft())
 
+    def _set_limits(self) -> None:
+        """Bind what every schedule call reads: the configuration and the cache manager's
+        tables (``_limits``)."""
+        p, kv = self.params, self.kv
+        self._limits = (p.max_num_batched_tokens, p.max_model_len - 1,
+                        p.long_prefill_token_threshold, p.async_scheduling, p.max_num_seqs,
+                        self.priority, kv.tables, kv.num_cached, kv.append_block, kv.block_size,
+                        kv.enable_caching)
+        # what misfit compares with: max_model_len, block size, usable blocks
+        self._fit = (p.max_model_len, p.block_size, p.num_blocks - 1)
+
     def _has_requests(self) -> bool:
         return bool(self.running or self.ctx.waiting or self._finished_since_schedule)
 
@@ -127,27 +150,24 @@ class Scheduling(PolicyState):
             self.pool.released()
 
     def _schedule(self) -> StepOutput:
-        p = self.params
+        if self._lazy:  # every running request decodes: the decode group's way
+            out = self._schedule_lazily()
+            if out is not None:
+                return out
         kv, seqs, running = self.kv, self.seqs, self.running
         waiting = self.ctx.waiting
-        budget = p.max_num_batched_tokens
-        last_slot = p.max_model_len - 1
-        threshold = p.long_prefill_token_threshold
+        # the configuration (fixed for the run), read once per call
+        (budget, last_slot, threshold, use_placeholders, _, priority, tables,
+         num_cached, append_block, bs, caching) = self._limits
         if threshold and len(running) + len(waiting) <= 1:
             threshold = 0
-        priority = self.priority
         # entries [req, n, start, kind, emits] in order; under priority a victim's entry is
         # taken back, so they are kept by request id until the end
         entries: list[list[Any]] = []
         scheduled: dict[int, list[Any]] = {}
         preempted: list[Request] = []
-        tables, num_cached = kv.tables, kv.num_cached
-        append_block = kv.append_block
-        bs = kv.block_size
-        caching = kv.enable_caching
-        use_placeholders = p.async_scheduling  # async: placeholders and in-flight counts
         pending: list[list[Any]] = []  # entries advanced by the pass at the end
-        num_tokens = num_decode = num_emits = num_lazy = 0
+        num_decode = num_lazy = 0
         if not priority:
             # FCFS takes victims from the end of the list, after the request being
             # scheduled, so the iteration stops before them and a scheduled request stays
@@ -266,28 +286,53 @@ class Scheduling(PolicyState):
                 budget -= n
                 i += 1
 
-        max_num_seqs = p.max_num_seqs
+        return self._admit(budget, threshold, entries, scheduled, preempted, pending,
+                           num_lazy, num_decode)
+
+    def _admit(self, budget: int, threshold: int, entries: list[list[Any]],
+               scheduled: dict[int, list[Any]], preempted: list[Request],
+               pending: list[list[Any]], num_lazy: int, num_decode: int) -> StepOutput:
+        """The rest of a schedule call, after the running requests: admissions from the
+        queue (none after a preemption), then every entry's computed tokens advanced."""
+        kv, seqs, running = self.kv, self.seqs, self.running
+        waiting = self.ctx.waiting
+        limits = self._limits
+        max_num_seqs = limits[4]
+        num_tokens = num_emits = 0
         if not preempted and budget > 0 and waiting and len(running) < max_num_seqs:
             skipped: list[Request] = []
+            p = self.params
             chunked = p.enable_chunked_prefill
             reserve = p.scheduler_reserve_full_isl
+            caching = kv.enable_caching
+            pool = kv.pool
             while budget > 0 and waiting and len(running) < max_num_seqs:
                 req = waiting[0]
                 seq = seqs[req.id]
                 if seq.num_stale:  # a step of it is still in flight
                     skipped.append(waiting.popleft())
                     continue
-                hit, num_hit = kv.get_computed_blocks(req)
+                # the same request refused with everything it is decided on unchanged (its
+                # tokens, the blocks and cache, the budget) is refused again
+                attempt = (req, req.num_output_tokens, pool.version, budget, threshold,
+                           bool(running))
+                if attempt == self._refused:
+                    break
+                hit, num_hit = kv.get_computed_blocks(req) if caching else ([], 0)
                 n = seq.num_prompt + req.num_output_tokens - num_hit  # req.num_tokens - hit
                 if 0 < threshold < n:
                     n = threshold
                 if not chunked and n > budget:
+                    self._refused = attempt
                     break
                 if n > budget:
                     n = budget
-                if kv.allocate_slots(req, n, hit, num_hit, full_sequence_must_fit=reserve,
-                                     watermark_blocks=self.watermark_blocks if running else 0
-                                     ) is None:
+                watermark = self.watermark_blocks if running else 0
+                if not (kv.allocate_fresh(req, n, reserve, watermark) if not hit
+                        and req.id not in kv.tables else
+                        kv.allocate_slots(req, n, hit, num_hit, full_sequence_must_fit=reserve,
+                                          watermark_blocks=watermark) is not None):
+                    self._refused = attempt
                     break
                 waiting.popleft()
                 running.append(req)
@@ -296,7 +341,7 @@ class Scheduling(PolicyState):
                     self.num_prompt_tokens_admitted += req.prompt_len
                     self.num_prefix_hit_tokens += min(num_hit, req.prompt_len)
                 e = [req, n, num_hit, kind, False]
-                if priority:
+                if limits[5]:  # priority
                     scheduled[req.id] = e
                 else:
                     entries.append(e)
@@ -309,6 +354,7 @@ class Scheduling(PolicyState):
                 self._enqueue_front(req)
 
         # advance the computed tokens now, so the next step can be scheduled at once
+        priority, use_placeholders = limits[5], limits[3]
         num_tokens += num_lazy
         num_emits += num_lazy
         if priority:

@@ -49,7 +49,8 @@ class Seq:
     preemption.
     """
 
-    __slots__ = ("num_in_flight", "num_placeholders", "num_prompt", "num_stale", "status")
+    __slots__ = ("base", "num_in_flight", "num_placeholders", "num_prompt", "num_stale",
+                 "status")
 
     def __init__(self, req: Request) -> None:
         self.status = WAITING
@@ -57,13 +58,20 @@ class Seq:
         self.num_placeholders = 0
         self.num_in_flight = 0
         self.num_stale = 0
+        self.base = 0  # in a DecodeGroup: computed tokens less the group's count
 
 
 class StepOutput:
-    """One schedule() call: its entries ``[request, n, start, kind, emits]`` and its effects."""
+    """One schedule() call: its entries ``[request, n, start, kind, emits]`` and its effects.
 
-    __slots__ = ("arrivals", "entries", "num_decode", "num_emits", "num_tokens", "plan",
-                 "preempted", "prev_end", "t_end")
+    With ``num_group``, the first ``num_group`` running requests (a
+    :class:`~orcasim.policies.vllm_v1.group.DecodeGroup`) each decode one
+    token ahead of ``entries``, as entries ``[req, 1, start, KIND_RUNNING, True]``
+    would say.
+    """
+
+    __slots__ = ("arrivals", "entries", "group_at", "num_decode", "num_emits", "num_group",
+                 "num_tokens", "plan", "preempted", "prev_end", "t_end")
 
     def __init__(self, entries: list[list[Any]], preempted: list[Request],
                  arrivals: list[Request], num_tokens: int | None = None) -> None:
@@ -73,6 +81,10 @@ class StepOutput:
         self.num_tokens = sum(e[1] for e in entries) if num_tokens is None else num_tokens
         self.num_decode = 0  # entries computing one token past the prompt (set by schedule)
         self.num_emits = 0  # entries that sample a token (set by schedule)
+        # the decode group's members, each decoding a token before ``entries`` (not listed
+        # there), and the group's count before the step
+        self.num_group = 0
+        self.group_at = 0
         self.plan: StepPlan | None = None
         self.t_end = 0.0
         self.prev_end = 0.0
