@@ -24,7 +24,7 @@ key on top of it.
 from __future__ import annotations
 
 from collections.abc import Generator, Iterable
-from itertools import islice
+from functools import partial
 from typing import Any, ClassVar, Literal
 
 import simpy
@@ -34,6 +34,7 @@ from orcasim.context import SchedulerContext
 from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
 from orcasim.policies.base import PolicyParams, TokenPolicy, slots_field
+from orcasim.policies.decode_pool import DecodePool
 from orcasim.policies.runs import TokenRuns
 from orcasim.request import Request, RequestState
 from orcasim.sched.token_memory import TokenMemory
@@ -65,6 +66,10 @@ class BatchPolicy(TokenPolicy):
     models_kv_memory: ClassVar[bool] = True
     #: whether :meth:`victim` is consulted when the batch is full
     preemptive: bool = False
+    #: whether running requests that decode together after a run are advanced as a
+    #: :class:`~orcasim.policies.decode_pool.DecodePool` (their counters written when read);
+    #: off for a policy whose order reads a running request's counters
+    lazy_decodes: ClassVar[bool] = True
 
     def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
@@ -78,6 +83,11 @@ class BatchPolicy(TokenPolicy):
             p: Any = params
             self.mem = TokenMemory(ctx.kv, getattr(p, "preemption", "recompute"),
                                    getattr(p, "watermark", 0.0))
+        #: the running requests advanced together (runs without a memory limit)
+        self.pool: DecodePool | None = (
+            DecodePool() if self.lazy_decodes and self._runs and self.mem is None else None)
+        #: make_plan's latest plan, how many of its requests are the pool, and its other entries
+        self._pooled: tuple[StepPlan | None, int, list[tuple[Request, int]]] = (None, 0, [])
         self._left: tuple[StepPlan | None, int] = (None, 0)  # make_plan's steps_left
         #: schedule_running's list whose first entries decode: (list, entries, KV, steps left)
         self._decodes: tuple[list[tuple[Request, int]], int, int, int] | None = None
@@ -85,6 +95,10 @@ class BatchPolicy(TokenPolicy):
             self.decode_run = None  # type: ignore[assignment]
         if self.mem is not None or cls.next_step is not BatchPolicy.next_step:
             self.ready_plan = None  # type: ignore[assignment]
+        #: whether running requests get tokens in admission order (then the pool's members,
+        #: the running requests of the latest run, are the first ones)
+        self._fifo = (cls.order is BatchPolicy.order
+                      and cls.order_running is BatchPolicy.order_running)
 
     def next_step(self) -> Generator[simpy.Event, Any, StepPlan | None]:
         ctx = self.ctx
@@ -107,26 +121,33 @@ class BatchPolicy(TokenPolicy):
 
     def make_plan(self, scheduled: list[tuple[Request, int]]) -> StepPlan:
         """:meth:`TokenPolicy.make_plan`, noting in the same pass :meth:`steps_left` (for runs,
-        which a memory limit rules out)."""
+        which a memory limit rules out).
+
+        The pool's members, all scheduled or none, count by its aggregates; the
+        plan's contexts are listed only if a latency model reads them.
+        """
         if self.mem is not None:
             return TokenPolicy.make_plan(self, scheduled)
-        kv = prefill = decode = 0
+        kv = prefill = decode = m = 0
         left = 1 << 62
         hint = self._decodes
+        self._decodes = None
+        pool = self.pool
+        rest = scheduled
         if hint is not None and hint[0] is scheduled:  # its first m entries decode
             _, m, kv, left = hint
             decode = m
-            contexts = [r.num_computed_tokens for r, _ in islice(scheduled, m)]
-            rest = islice(scheduled, m, None)
-        else:
-            contexts = []
-            rest = iter(scheduled)
-        self._decodes = None
-        append = contexts.append
+            rest = scheduled[m:]
+        elif pool is not None and pool.size:
+            m, rest = pool.members_of(scheduled)
+            if m == pool.size:
+                decode, kv, left = m, pool.kv, pool.first_finish()
+            elif m:  # some members wait this step: the plain way
+                pool.clear()
+                m, rest = 0, scheduled
         for req, n in rest:
             c = req.num_computed_tokens
             kv += c
-            append(c)
             out = req.num_output_tokens
             known = (req.prompt_len or 1) + out
             if n == 1 and out > 0 and c == known - 1:
@@ -137,8 +158,13 @@ class BatchPolicy(TokenPolicy):
                     left = 0
             if req.output_len - out < left:
                 left = req.output_len - out
+        if pool is not None and m:
+            contexts: Any = partial(pool_contexts, pool, scheduled)
+        else:
+            contexts = partial(plain_contexts, scheduled)
         plan = StepPlan(len(scheduled), kv, prefill, decode, scheduled, contexts)
         self._left = (plan, left)
+        self._pooled = (plan, m, rest)
         return plan
 
     def steps_left(self, plan: StepPlan) -> int:
@@ -205,14 +231,24 @@ class BatchPolicy(TokenPolicy):
         held = mem.held if mem is not None else None
         bs = mem.kv.block_size if mem is not None else 0
         decoding = self.decoding
+        pool = self.pool
         if decoding is not None:  # right after a run: every running request decodes
             self.decoding = None
             if decoding[0] is self.running and decoding[1] == len(self.running) <= budget:
                 scheduled = [(r, 1) for r in self.order_running()]
                 self._decodes = (scheduled, decoding[1], decoding[2], decoding[3])
                 return scheduled, budget - decoding[1]
-        scheduled: list[tuple[Request, int]] = []
-        order = self.order_running()
+        if pool is not None and pool.size and self._fifo and pool.size <= budget:
+            # in admission order the pool's members come first, and each decodes
+            p = pool.size
+            running = self.running
+            scheduled = [(r, 1) for r in running[:p]]
+            self._decodes = (scheduled, p, pool.kv, pool.first_finish())
+            order: Iterable[Request] = running[p:]
+            budget -= p
+        else:
+            scheduled = []
+            order = self.order_running()
         for req in order if mem is None else list(order):
             if budget <= 0:
                 break
@@ -342,13 +378,28 @@ class BatchPolicy(TokenPolicy):
         scheduled.append((req, need))
         return True
 
+    def complete_run(self, plan: StepPlan, ends: list[float]) -> None:
+        pool = self.pool
+        if pool is None:
+            return super().complete_run(plan, ends)
+        noted, m, rest = self._pooled
+        if noted is not plan:  # (not planned here: every entry at face value)
+            pool.clear()
+            m, rest = 0, plan.scheduled or []
+        self.complete_pooled(plan, ends, pool, m, rest)
+
     def complete_step(self, plan: StepPlan, t_start: float, t_end: float) -> None:
+        pool = self.pool
+        if pool is not None and pool.size and (self._pooled[0] is not plan or self._pooled[1]):
+            pool.clear()  # the step changes its members one by one
         mem = self.mem
         if mem is not None:
             mem.kv.observe(t_start, t_end, plan.num_kv_tokens + plan.num_tokens, mem.blocked)
         super().complete_step(plan, t_start, t_end)
 
     def running_requests(self) -> Iterable[Request]:
+        if self.pool is not None:
+            self.pool.sync()
         mem = self.mem
         if mem is None or not mem.swapped:
             return iter(self.running)
@@ -356,12 +407,25 @@ class BatchPolicy(TokenPolicy):
 
     def drop(self, req: Request) -> None:
         self.decoding = self._decodes = None  # the batch changes
+        if self.pool is not None:
+            self.pool.leave(req)
         mem = self.mem
         if mem is not None and req in mem.swapped:
             mem.swapped.remove(req)
             mem.kv.discard_swapped(req)
             return
         super().drop(req)
+
+
+def plain_contexts(scheduled: list[tuple[Request, int]]) -> list[int]:
+    """The computed tokens of ``scheduled``'s requests."""
+    return [r.num_computed_tokens for r, _ in scheduled]
+
+
+def pool_contexts(pool: DecodePool, scheduled: list[tuple[Request, int]]) -> list[int]:
+    """The computed tokens of ``scheduled``'s requests, members of ``pool`` or not."""
+    context = pool.context
+    return [context(r) for r, _ in scheduled]
 
 
 def unschedule(scheduled: list[tuple[Request, int]], req: Request) -> int:

@@ -37,6 +37,7 @@ class SRPT(SJF):
         self.rank = rank
 
     static_keys = False  # the remaining length shrinks as it decodes
+    lazy_decodes = False  # its order reads the running requests' output tokens
 
     def key(self, req: Request) -> Any:
         return (max(self.predict(req) - req.num_output_tokens, 0.0), req.arrival)
