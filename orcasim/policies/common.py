@@ -233,11 +233,12 @@ class BatchPolicy(TokenPolicy):
         decoding = self.decoding
         pool = self.pool
         if decoding is not None:  # right after a run: every running request decodes
-            self.decoding = None
             if decoding[0] is self.running and decoding[1] == len(self.running) <= budget:
-                scheduled = [(r, 1) for r in self.order_running()]
+                scheduled = [(r, 1) for r in self.order_running()]  # (it may look at decoding)
+                self.decoding = None
                 self._decodes = (scheduled, decoding[1], decoding[2], decoding[3])
                 return scheduled, budget - decoding[1]
+            self.decoding = None
         if pool is not None and pool.size and self._fifo and pool.size <= budget:
             # in admission order the pool's members come first, and each decodes
             p = pool.size

@@ -81,6 +81,12 @@ class DecodePool:
         rest = [e for e in scheduled if e[0] not in base]
         return len(scheduled) - len(rest), rest
 
+    def output_tokens(self, req: Request) -> int:
+        """``req``'s generated tokens now (a member or not)."""
+        b = self._base.get(req)
+        return req.num_output_tokens if b is None else (
+            req.num_output_tokens + self.steps - b[0])
+
     def first_finish(self) -> int:
         """Decode steps until the first member emits its last token (the next step is 1)."""
         heap, base, steps = self._heap, self._base, self.steps

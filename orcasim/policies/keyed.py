@@ -10,7 +10,6 @@ head. ``priority``, ``sjf``, ``edf`` and ``srpt`` build on it (see
 from __future__ import annotations
 
 import bisect
-import contextlib
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
@@ -61,7 +60,14 @@ class KeyedPolicy(BatchPolicy):
         if not self.running:
             return None
         worst = self.memory_victim()
-        return worst if self.key(head) < self.rank(worst) else None
+        waiting = self.ctx.waiting
+        if type(waiting) is KeyedQueue and waiting:  # the head's key, as it was queued
+            key, _, first = waiting.top()
+            if first is not head:
+                key = self.key(head)
+        else:
+            key = self.key(head)
+        return worst if key < self.rank(worst) else None
 
     def memory_victim(self) -> Request:
         """The running request with the largest key (the latest admitted among ties)."""
@@ -77,10 +83,10 @@ class KeyedPolicy(BatchPolicy):
 
     def release(self, req: Request) -> None:
         super().release(req)
-        if self._ordered is not None:
-            # (absent if a subclass's admitted() skipped ours: then order() does not use it)
-            with contextlib.suppress(ValueError):
-                self._ordered.remove(req)
+        ordered = self._ordered
+        # (absent if a subclass's admitted() skipped ours: then order() does not use it)
+        if ordered is not None and req in ordered:
+            ordered.remove(req)
         self._keys.pop(req, None)
 
     def swap_first(self, swapped: Request, head: Request) -> bool:

@@ -43,6 +43,7 @@ class Priority(KeyedPolicy):
 
     def __init__(self, params: Params, ctx: SchedulerContext) -> None:
         self.level = ClassLevels(params.classes)
+        self._least = min(params.classes.values()) if params.classes else None  # least level
         self.aging_s = params.aging_s
         super().__init__(params, ctx)
 
@@ -50,11 +51,10 @@ class Priority(KeyedPolicy):
         """Only a key below the largest running one preempts. With a ``classes`` mapping no
         level is below its least, so a request arriving from now on has a key of at least
         ``(least level, now)`` (``now + least level x aging_s`` with aging)."""
-        classes = self.level.classes
-        if not classes or not self.running:
+        least = self._least
+        if least is None or not self.running:
             return True
         worst = self.rank(self.memory_victim())
-        least = min(classes.values())
         if self.aging_s is None:
             return least < worst[0]
         return self.ctx.env.now + least * self.aging_s < worst[0]

@@ -61,7 +61,8 @@ class KeyedQueue:
 
     appendleft = append  # a preempted request also goes where its key puts it
 
-    def _top(self) -> tuple[Any, int, Request]:
+    def top(self) -> tuple[Any, int, Request]:
+        """The first entry: ``(key, number, request)`` (IndexError if empty)."""
         heap, live = self._heap, self._live
         while heap:
             entry = heap[0]
@@ -72,21 +73,21 @@ class KeyedQueue:
 
     def peek(self) -> Request:
         """The first request, without removing it (IndexError if empty)."""
-        return self._top()[2]
+        return self.top()[2]
 
     def __getitem__(self, i: int) -> Request:
         """``queue[0]`` is the first request, as for a deque; other indices are not supported."""
         if i != 0:
             raise IndexError("only queue[0] (the head) is supported")
-        return self._top()[2]
+        return self.top()[2]
 
     def peek_key(self) -> Any:
         """The key of the first request (IndexError if empty)."""
-        return self._top()[0]
+        return self.top()[0]
 
     def popleft(self) -> Request:
         """Remove and return the first request (IndexError if empty)."""
-        _, _, req = self._top()
+        _, _, req = self.top()
         heapq.heappop(self._heap)
         del self._live[id(req)]
         return req

@@ -81,6 +81,8 @@ class TokenRuns:
     #: waiting request cannot appear without an arrival; and a step has no effect beyond
     #: :meth:`complete_step`
     runs_unchanged: ClassVar[bool] = False
+    #: whether :meth:`decode_run` may offer runs (found at its first call)
+    _run_offer: bool | None = None
     #: whether a waiting request may take the place of a running one (then every arrival
     #: ends a run, since it may preempt)
     preemptive: bool = False
@@ -108,8 +110,11 @@ class TokenRuns:
         max_steps, room)`` as :meth:`DecodeOnlyPolicy.decode_run`; ``room``:
         every arrival ends the run.
         """
-        if (not self._runs or plan is None or self.event_driven
-                or getattr(self, "mem", None) is not None):
+        offer = self._run_offer
+        if offer is None:  # (whether runs may be offered at all: once)
+            offer = self._run_offer = (self._runs and not self.event_driven  # type: ignore[attr-defined]
+                                       and getattr(self, "mem", None) is None)
+        if not offer or plan is None:
             return None
         size = len(self.running)
         if plan.num_seqs != size:  # (then each later step's decodes fit the budget too)
