@@ -200,7 +200,7 @@ class OpenLoopSource(ArrivalSource):
         self._next = 0
         self._n = len(self._arrival)
         self._armed: simpy.Event | None = None  # what a lazy source sleeps on
-        self._backlog: Backlog | None = None
+        self._backlog: Any = None  # a Backlog, or the policy's queue (release_lazily)
         ctx.source = self
         self.process = env.process(self.run())
 
@@ -209,15 +209,27 @@ class OpenLoopSource(ArrivalSource):
 
         Only for a policy that calls ``ctx.poll_arrivals()`` at every step
         boundary and otherwise waits on ``ctx.arrival``, with no admission
-        gate or clients (they act at each arrival). ``ctx.waiting`` must be an
-        empty deque; it becomes the backlog.
+        gate or clients (they act at each arrival). ``ctx.waiting`` must be
+        empty: a deque, which becomes the backlog, or a queue of the policy's
+        that takes released requests itself (``takes_releases``; see
+        :class:`~orcasim.policies.queues.KeyedQueue`).
         """
         ctx = self.ctx
-        if type(ctx.waiting) is not deque or ctx.waiting:
-            raise ValueError("a lazy source needs an empty deque as the waiting queue")
-        self._backlog = ctx.waiting = Backlog(self)
-        self._backlog._lo = self._backlog._hi = self._next
+        waiting: Any = ctx.waiting
+        if waiting or not (type(waiting) is deque or getattr(waiting, "takes_releases", False)):
+            raise ValueError("a lazy source needs an empty waiting queue that takes releases")
+        if type(waiting) is deque:
+            self._backlog = ctx.waiting = Backlog(self)
+            self._backlog._lo = self._backlog._hi = self._next
+        else:
+            self._backlog = waiting
+            waiting.attach(self, self._next)
         self.lazy = True
+
+    def make_requests(self, lo: int, hi: int) -> list[Request]:
+        """Requests ``lo`` to ``hi - 1`` of the workload, as they arrive (released lazily)."""
+        arrival = self._arrival
+        return [self._request(k, arrival[k]) for k in range(lo, hi)]
 
     def release_eagerly(self) -> None:
         """Back to submitting every request at its arrival time (e.g. after a hard stop)."""

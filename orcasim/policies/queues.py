@@ -33,13 +33,33 @@ class KeyedQueue:
     reaches the top), so every operation is O(log n).
     """
 
-    __slots__ = ("_heap", "_key", "_live", "_seq")
+    __slots__ = ("_heap", "_key", "_live", "_released", "_seq", "_source")
+
+    #: a lazy source may release arrivals into it at step boundaries (:meth:`release`)
+    takes_releases = True
 
     def __init__(self, key: Callable[[Request], Any]) -> None:
         self._key = key
         self._heap: list[tuple[Any, int, Request]] = []
         self._live: dict[int, int] = {}  # id(request) -> seq of its live entry
         self._seq = 0
+        self._source: Any = None
+        self._released = 0
+
+    def attach(self, source: Any, start: int) -> None:
+        """Take the requests of ``source`` (an open-loop source releasing them lazily) from
+        its request ``start`` on, as :meth:`release` says they arrived."""
+        self._source = source
+        self._released = start
+
+    def release(self, hi: int) -> None:
+        """The attached source's requests up to ``hi`` (exclusive) arrived: queue them, in
+        arrival order, as if each had been appended when it came."""
+        lo, self._released = self._released, hi
+        if hi > lo:
+            append = self.append
+            for req in self._source.make_requests(lo, hi):
+                append(req)
 
     def __len__(self) -> int:
         return len(self._live)
