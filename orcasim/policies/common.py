@@ -24,7 +24,6 @@ key on top of it.
 from __future__ import annotations
 
 from collections.abc import Generator, Iterable
-from functools import partial
 from typing import Any, ClassVar, Literal
 
 import simpy
@@ -35,6 +34,7 @@ from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
 from orcasim.policies.base import PolicyParams, TokenPolicy, slots_field
 from orcasim.policies.decode_pool import DecodePool
+from orcasim.policies.pooled import PooledPlans
 from orcasim.policies.runs import TokenRuns
 from orcasim.request import Request, RequestState
 from orcasim.sched.token_memory import TokenMemory
@@ -59,7 +59,7 @@ class TokenParams(MemoryParams):
     chunked_prefill: bool = Field(True, description="split a prompt across steps to fit the budget")
 
 
-class BatchPolicy(TokenPolicy):
+class BatchPolicy(PooledPlans, TokenPolicy):
     """Mixed prefill/decode batching under a token budget; subclasses choose the order."""
 
     Params: ClassVar[type[ComponentParams]] = TokenParams
@@ -118,58 +118,6 @@ class BatchPolicy(TokenPolicy):
     def continue_step(self) -> StepPlan | None:
         scheduled, _ = self.schedule_running(self.params.token_budget)
         return self._plan(scheduled) if scheduled else None
-
-    def make_plan(self, scheduled: list[tuple[Request, int]]) -> StepPlan:
-        """:meth:`TokenPolicy.make_plan`, noting in the same pass :meth:`steps_left` (for runs,
-        which a memory limit rules out).
-
-        The pool's members, all scheduled or none, count by its aggregates; the
-        plan's contexts are listed only if a latency model reads them.
-        """
-        if self.mem is not None:
-            return TokenPolicy.make_plan(self, scheduled)
-        kv = prefill = decode = m = 0
-        left = 1 << 62
-        hint = self._decodes
-        self._decodes = None
-        pool = self.pool
-        rest = scheduled
-        if hint is not None and hint[0] is scheduled:  # its first m entries decode
-            _, m, kv, left = hint
-            decode = m
-            rest = scheduled[m:]
-        elif pool is not None and pool.size:
-            m, rest = pool.members_of(scheduled)
-            if m == pool.size:
-                decode, kv, left = m, pool.kv, pool.first_finish()
-            elif m:  # some members wait this step: the plain way
-                pool.clear()
-                m, rest = 0, scheduled
-        for req, n in rest:
-            c = req.num_computed_tokens
-            kv += c
-            out = req.num_output_tokens
-            known = (req.prompt_len or 1) + out
-            if n == 1 and out > 0 and c == known - 1:
-                decode += 1
-            else:
-                prefill += n
-                if c + n < known:
-                    left = 0
-            if req.output_len - out < left:
-                left = req.output_len - out
-        if pool is not None and m:
-            contexts: Any = partial(pool_contexts, pool, scheduled)
-        else:
-            contexts = partial(plain_contexts, scheduled)
-        plan = StepPlan(len(scheduled), kv, prefill, decode, scheduled, contexts)
-        self._left = (plan, left)
-        self._pooled = (plan, m, rest)
-        return plan
-
-    def steps_left(self, plan: StepPlan) -> int:
-        noted, left = self._left
-        return left if noted is plan else TokenRuns.steps_left(self, plan)
 
     def ready_plan(self) -> StepPlan | None:  # type: ignore[override]
         """:meth:`next_step` without a generator when a plan is ready (no memory limit: then
@@ -379,16 +327,6 @@ class BatchPolicy(TokenPolicy):
         scheduled.append((req, need))
         return True
 
-    def complete_run(self, plan: StepPlan, ends: list[float]) -> None:
-        pool = self.pool
-        if pool is None:
-            return super().complete_run(plan, ends)
-        noted, m, rest = self._pooled
-        if noted is not plan:  # (not planned here: every entry at face value)
-            pool.clear()
-            m, rest = 0, plan.scheduled or []
-        self.complete_pooled(plan, ends, pool, m, rest)
-
     def complete_step(self, plan: StepPlan, t_start: float, t_end: float) -> None:
         pool = self.pool
         if pool is not None and pool.size and (self._pooled[0] is not plan or self._pooled[1]):
@@ -416,17 +354,6 @@ class BatchPolicy(TokenPolicy):
             mem.kv.discard_swapped(req)
             return
         super().drop(req)
-
-
-def plain_contexts(scheduled: list[tuple[Request, int]]) -> list[int]:
-    """The computed tokens of ``scheduled``'s requests."""
-    return [r.num_computed_tokens for r, _ in scheduled]
-
-
-def pool_contexts(pool: DecodePool, scheduled: list[tuple[Request, int]]) -> list[int]:
-    """The computed tokens of ``scheduled``'s requests, members of ``pool`` or not."""
-    context = pool.context
-    return [context(r) for r, _ in scheduled]
 
 
 def unschedule(scheduled: list[tuple[Request, int]], req: Request) -> int:
