@@ -1,0 +1,121 @@
+"""The decode pool of token policies, srpt's kept order and lazily released keyed arrivals.
+
+Each fast path is compared with per-step simulation (``Engine.fast_paths``
+off: no runs, so no pool, and arrivals submitted one event each).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import orcasim
+from orcasim.policies.decode_pool import DecodePool
+from orcasim.request import Request
+from orcasim.simulation import build_model, generate_workload
+from tests.test_batch_runs import TOKEN_POLICIES, assert_identical, run_both
+
+
+def decoding(rid: int, prompt: int, out: int, output_len: int, last: float) -> Request:
+    """A running request that has just emitted its ``out``-th token at ``last``."""
+    req = Request(rid, 0.0, prompt, output_len)
+    req.num_output_tokens = out
+    req.num_computed_tokens = prompt + out - 1
+    req.last_token = last
+    return req
+
+
+def test_pool_members_advance_together_and_are_written_when_they_leave():
+    pool = DecodePool()
+    a = decoding(0, 10, 1, 5, 1.0)
+    b = decoding(1, 20, 2, 10, 1.0)
+    pool.advance(0, 1.0)
+    pool.join(a)
+    pool.join(b)
+    assert (pool.size, pool.kv, pool.first_finish()) == (2, 10 + 21, 4)
+    assert a in pool and pool.members_of([(b, 1), (a, 1), (Request(2, 0.0, 5, 5), 5)])[0] == 2
+    pool.advance(3, 2.5)  # three decode steps, the last ending at 2.5
+    assert (pool.kv, pool.first_finish()) == (31 + 6, 1)
+    assert a.num_output_tokens == 1  # not written yet: read through the pool
+    assert (pool.output_tokens(a), pool.context(a), pool.context(b)) == (4, 13, 24)
+    assert pool.due() == []
+    pool.advance(1, 3.0)
+    assert pool.due() == [a]  # its last token, written
+    assert (a.num_output_tokens, a.num_computed_tokens, a.last_token) == (5, 14, 3.0)
+    assert (pool.size, pool.kv, pool.first_finish()) == (1, 25, 4)
+    pool.sync()  # written, still a member
+    assert (b.num_output_tokens, b.num_computed_tokens, b.last_token) == (6, 25, 3.0)
+    pool.advance(2, 4.0)
+    pool.leave(b)  # preempted: written, out
+    assert (b.num_output_tokens, b.num_computed_tokens, b.last_token) == (8, 27, 4.0)
+    assert (pool.size, pool.kv, pool.first_finish(), b in pool) == (0, 0, 1 << 62, False)
+    pool.join(b)  # back later: a fresh entry, the old one skipped
+    assert pool.first_finish() == 2
+    pool.clear()
+    assert (pool.size, pool.kv, b in pool) == (0, 0, False)
+
+
+def test_a_member_past_its_last_step_is_an_error():
+    pool = DecodePool()
+    pool.join(decoding(0, 4, 1, 3, 0.0))
+    pool.advance(3, 1.0)
+    with pytest.raises(ValueError, match="finished 1 steps ago"):
+        pool.due()
+
+
+@pytest.mark.parametrize("name", ["fcfs", "sarathi", "priority-preempt", "srpt", "vtc"])
+def test_pooled_runs_with_a_latency_model_that_reads_each_context(name):
+    """The roofline model reads every scheduled request's context, which the plans list only
+    when asked, members of the pool included."""
+    over = {"policy": {**TOKEN_POLICIES[name], "max_batch": 16}, "variants": None,
+            "engine.latency": {"type": "roofline", "model": "llama-2-7b", "gpu": "a100-80gb"},
+            "workload.classes": [
+                {"name": "interactive", "weight": 1, "priority": 0, "tenant": "a"},
+                {"name": "batch", "weight": 2, "priority": 1, "tenant": "b"}]}
+    slow, fast = run_both(over, n=300, variant=None)
+    assert_identical(slow, fast)
+    assert fast["events"] < slow["events"] * 0.8
+
+
+@pytest.mark.parametrize("sigma", [0.0, 0.5])
+def test_srpt_order_kept_between_sorts_is_the_sorted_order(monkeypatch, sigma):
+    """srpt sorts its running requests once per boundary, and with true lengths not even
+    after a run; at every use its order and victim equal sorting by the remaining length."""
+    from orcasim.policies.srpt import SRPT
+    order, worst = SRPT.order, SRPT.memory_victim
+    kept = []
+
+    def checked_order(self, reqs):
+        before = self._ordered
+        got = list(order(self, reqs))
+        assert got == sorted(reqs, key=self.rank)
+        kept.append(reqs is self.running and self._ordered is before)
+        return got
+
+    def checked_worst(self):
+        got = worst(self)
+        assert got is max(reversed(self.running), key=self.rank)
+        return got
+
+    monkeypatch.setattr(SRPT, "order", checked_order)
+    monkeypatch.setattr(SRPT, "memory_victim", checked_worst)
+    over = {"policy": {"type": "srpt", "sigma": sigma, "max_batch": 8}, "variants": None,
+            "workload.arrival.rate": 20.0, "engine.latency.per_prefill_token": 0.0001}
+    slow, fast = run_both(over, n=300, variant=None)
+    assert_identical(slow, fast)
+    assert fast["preemptions"]["num_preemptions_priority"] > 10
+    assert (sum(kept) > 100) if sigma == 0.0 else not any(kept)
+
+
+@pytest.mark.parametrize(("policy", "lazy"), [("fcfs", True), ("priority", True), ("sjf", True),
+                                              ("vtc", False)])
+def test_keyed_queues_take_arrivals_released_at_step_boundaries(policy, lazy):
+    """With runs, a keyed waiting queue takes the arrivals a lazy source releases at step
+    boundaries (no event per arrival); a fair-share queue still takes each as it comes."""
+    sc = orcasim.load_scenario("seed_orca").override(
+        {"workload.num_requests": 200, "variants": None, "policy": {"type": policy}})
+    cfg = sc.variants[0]
+    m = build_model(cfg, generate_workload(cfg))
+    assert m.ctx.source.lazy is lazy
+    m.env.run()
+    assert m.recorder.num_arrived == 200 and len(m.ctx.waiting) == 0
+    assert m.recorder.state_counts()[orcasim.request.RequestState.FINISHED] == 200
