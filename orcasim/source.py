@@ -201,6 +201,7 @@ class OpenLoopSource(ArrivalSource):
         self._n = len(self._arrival)
         self._armed: simpy.Event | None = None  # what a lazy source sleeps on
         self._backlog: Any = None  # a Backlog, or the policy's queue (release_lazily)
+        self._floors: dict[str, Any] = {}  # least_ahead's suffix minima per attribute
         ctx.source = self
         self.process = env.process(self.run())
 
@@ -225,6 +226,21 @@ class OpenLoopSource(ArrivalSource):
             self._backlog = waiting
             waiting.attach(self, self._next)
         self.lazy = True
+
+    def least_ahead(self, attr: str, default: Any) -> Any:
+        """The least value of per-request attribute ``attr`` among the requests still to
+        arrive (``default`` is every request's without such a column; ``None``: none is left),
+        a bound a policy may rely on for every later arrival."""
+        i = self._next
+        if i >= self._n:
+            return None
+        floors = self._floors.get(attr)
+        if floors is None:
+            col = dict(self._attrs).get(attr)
+            floors = self._floors[attr] = (
+                None if col is None else column_view(np.minimum.accumulate(
+                    np.asarray(col)[::-1])[::-1].copy()))
+        return default if floors is None else floors[i]
 
     def make_requests(self, lo: int, hi: int) -> list[Request]:
         """Requests ``lo`` to ``hi - 1`` of the workload, as they arrive (released lazily)."""

@@ -119,3 +119,36 @@ def test_keyed_queues_take_arrivals_released_at_step_boundaries(policy, lazy):
     m.env.run()
     assert m.recorder.num_arrived == 200 and len(m.ctx.waiting) == 0
     assert m.recorder.state_counts()[orcasim.request.RequestState.FINISHED] == 200
+
+
+def test_priority_runs_go_past_arrivals_that_cannot_preempt(monkeypatch):
+    """Without a classes mapping a request's level is its ``priority``: while every request
+    still to come has a level no better than the worst running one, no arrival can preempt
+    and a run goes past them; once a better one is ahead, runs end at arrivals again."""
+    reqs = [{"arrival": 0.01 * i, "prompt_len": 8, "output_len": 40 + i % 7, "priority": 1}
+            for i in range(30)]
+    reqs.append({"name": "urgent", "arrival": 0.5, "prompt_len": 8, "output_len": 5,
+                 "priority": 0})
+    reqs += [{"arrival": 0.6 + 0.01 * i, "prompt_len": 8, "output_len": 30, "priority": 1}
+             for i in range(10)]
+    over = {"policy": {"type": "priority", "preempt": True, "max_batch": 4}, "variants": None,
+            "workload": {"type": "list", "requests": reqs}}
+    slow, fast = run_both(over, n=len(reqs), variant=None)
+    assert_identical(slow, fast)
+    assert fast["preemptions"]["num_preemptions_priority"] == 1  # urgent took a place
+    same = {"policy": {"type": "priority", "preempt": True, "max_batch": 4}, "variants": None,
+            "workload": {"type": "list", "requests": [{**r, "priority": 1} for r in reqs]}}
+    from orcasim.policies.common import BatchPolicy
+    from orcasim.policies.priority import Priority
+    runs = []
+    complete = BatchPolicy.complete_run
+    monkeypatch.setattr(BatchPolicy, "complete_run",
+                        lambda self, plan, ends: runs.append(1) or complete(self, plan, ends))
+    slow2, fast2 = run_both(same, n=len(reqs), variant=None)
+    assert_identical(slow2, fast2)
+    assert fast2["preemptions"]["num_preemptions"] == 0
+    bounded = len(runs)
+    monkeypatch.setattr(Priority, "arrival_may_preempt", lambda self: True)
+    runs.clear()
+    assert_identical(*run_both(same, n=len(reqs), variant=None))
+    assert bounded < len(runs) - 5  # runs no longer ended at arrivals

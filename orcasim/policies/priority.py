@@ -49,10 +49,18 @@ class Priority(KeyedPolicy):
 
     def arrival_may_preempt(self) -> bool:
         """Only a key below the largest running one preempts. With a ``classes`` mapping no
-        level is below its least, so a request arriving from now on has a key of at least
+        level is below its least, and without one none is below the least ``priority`` of the
+        requests still to come, so a request arriving from now on has a key of at least
         ``(least level, now)`` (``now + least level x aging_s`` with aging)."""
         least = self._least
-        if least is None or not self.running:
+        if least is None:
+            ahead = getattr(self.ctx.source, "least_ahead", None)
+            if ahead is None:
+                return True
+            least = ahead("priority", 0)
+            if least is None:
+                return False  # nobody left to arrive
+        if not self.running:
             return True
         worst = self.rank(self.memory_victim())
         if self.aging_s is None:
