@@ -107,10 +107,10 @@ def test_srpt_order_kept_between_sorts_is_the_sorted_order(monkeypatch, sigma):
 
 
 @pytest.mark.parametrize(("policy", "lazy"), [("fcfs", True), ("priority", True), ("sjf", True),
-                                              ("vtc", False)])
-def test_keyed_queues_take_arrivals_released_at_step_boundaries(policy, lazy):
-    """With runs, a keyed waiting queue takes the arrivals a lazy source releases at step
-    boundaries (no event per arrival); a fair-share queue still takes each as it comes."""
+                                              ("vtc", True), ("class-share", True)])
+def test_policy_queues_take_arrivals_released_at_step_boundaries(policy, lazy):
+    """With runs, a keyed or per-group waiting queue takes the arrivals a lazy source
+    releases at step boundaries (no event per arrival), as a plain deque does."""
     sc = orcasim.load_scenario("seed_orca").override(
         {"workload.num_requests": 200, "variants": None, "policy": {"type": policy}})
     cfg = sc.variants[0]

@@ -83,10 +83,11 @@ class FairSharePolicy(BatchPolicy):
         counters = self.counters
         return min(groups, key=lambda g: counters.get(g, 0.0))
 
-    def _lift(self, group: Hashable) -> None:
+    def _lift(self, group: Hashable, req: Request) -> None:
+        """``req`` arrived and found ``group`` idle (when it arrived, whenever it is queued)."""
         backlogged = self._queue.backlogged()
         if self._run_counts is not None:  # a run is in flight: replayed at its end
-            self._lifts.append((self.ctx.env.now, group, backlogged))
+            self._lifts.append((req.arrival, group, backlogged))
         else:
             self._lift_to(group, backlogged)
 
@@ -146,6 +147,9 @@ class FairSharePolicy(BatchPolicy):
         return run
 
     def complete_run(self, plan: StepPlan, ends: list[float]) -> None:
+        src = self.ctx.source
+        if src is not None and src.lazy:  # the run's arrivals, which lift between its steps
+            self.ctx.poll_arrivals()
         self._settle(ends[:-1])
         super().complete_run(plan, ends)
 

@@ -12,6 +12,8 @@ hard stop work with any policy.
 - :class:`GroupedQueue`: one FIFO per group (class, tenant), for policies that
   first choose a group and then serve it in arrival order.
 
+Both take arrivals from a lazy source at step boundaries (:class:`Released`).
+
 Pure data structures: no SimPy.
 """
 
@@ -25,26 +27,26 @@ from typing import Any
 from orcasim.request import Request
 
 
-class KeyedQueue:
-    """Requests ordered by ``key(request)`` (smallest first), FIFO among equal keys.
+class Released:
+    """A queue into which a lazy open-loop source releases its arrivals at step boundaries.
 
-    The key is computed when a request is queued and does not change while it
-    waits. Removal from the middle is lazy (the entry is skipped when it
-    reaches the top), so every operation is O(log n).
+    The source's requests are queued with ``append``, in arrival order, when
+    the source says they arrived (:meth:`release`), as if each had been
+    appended at its arrival (see
+    :meth:`~orcasim.source.OpenLoopSource.release_lazily`).
     """
 
-    __slots__ = ("_heap", "_key", "_live", "_released", "_seq", "_source")
+    __slots__ = ("_released", "_source")
 
-    #: a lazy source may release arrivals into it at step boundaries (:meth:`release`)
+    #: a lazy source may release arrivals into it (:meth:`release`)
     takes_releases = True
 
-    def __init__(self, key: Callable[[Request], Any]) -> None:
-        self._key = key
-        self._heap: list[tuple[Any, int, Request]] = []
-        self._live: dict[int, int] = {}  # id(request) -> seq of its live entry
-        self._seq = 0
+    def __init__(self) -> None:
         self._source: Any = None
         self._released = 0
+
+    def append(self, req: Request) -> None:
+        raise NotImplementedError
 
     def attach(self, source: Any, start: int) -> None:
         """Take the requests of ``source`` (an open-loop source releasing them lazily) from
@@ -60,6 +62,24 @@ class KeyedQueue:
             append = self.append
             for req in self._source.make_requests(lo, hi):
                 append(req)
+
+
+class KeyedQueue(Released):
+    """Requests ordered by ``key(request)`` (smallest first), FIFO among equal keys.
+
+    The key is computed when a request is queued and does not change while it
+    waits. Removal from the middle is lazy (the entry is skipped when it
+    reaches the top), so every operation is O(log n).
+    """
+
+    __slots__ = ("_heap", "_key", "_live", "_seq")
+
+    def __init__(self, key: Callable[[Request], Any]) -> None:
+        super().__init__()
+        self._key = key
+        self._heap: list[tuple[Any, int, Request]] = []
+        self._live: dict[int, int] = {}  # id(request) -> seq of its live entry
+        self._seq = 0
 
     def __len__(self) -> int:
         return len(self._live)
@@ -122,13 +142,13 @@ class KeyedQueue:
         self._live.clear()
 
 
-class GroupedQueue:
+class GroupedQueue(Released):
     """One first-come-first-served queue per group (``group(request)``: class, tenant...).
 
     ``queue[0]`` and ``popleft()`` serve the group chosen by ``choose(groups)``
     (which must not change anything), called with the groups that have waiting
-    requests in the order they first appeared. ``on_backlog(group)`` is called
-    when a new arrival finds its group's queue empty.
+    requests in the order they first appeared. ``on_backlog(group, request)`` is
+    called when a new arrival finds its group's queue empty (before it is queued).
     """
 
     __slots__ = ("_choose", "_group", "_n", "_on_backlog", "queues")
@@ -137,8 +157,9 @@ class GroupedQueue:
         self,
         group: Callable[[Request], Hashable],
         choose: Callable[[list[Hashable]], Hashable] | None = None,
-        on_backlog: Callable[[Hashable], None] | None = None,
+        on_backlog: Callable[[Hashable, Request], None] | None = None,
     ) -> None:
+        super().__init__()
         self._group = group
         self._choose = choose
         self._on_backlog = on_backlog
@@ -169,7 +190,7 @@ class GroupedQueue:
         if q is None:
             q = self.queues[g] = deque()
         if not q and self._on_backlog is not None:
-            self._on_backlog(g)
+            self._on_backlog(g, req)
         q.append(req)
         self._n += 1
 
