@@ -24,6 +24,7 @@ key on top of it.
 from __future__ import annotations
 
 from collections.abc import Generator, Iterable
+from itertools import islice, repeat
 from typing import Any, ClassVar, Literal
 
 import simpy
@@ -182,7 +183,7 @@ class BatchPolicy(PooledPlans, TokenPolicy):
         pool = self.pool
         if decoding is not None:  # right after a run: every running request decodes
             if decoding[0] is self.running and decoding[1] == len(self.running) <= budget:
-                scheduled = [(r, 1) for r in self.order_running()]  # (it may look at decoding)
+                scheduled = list(zip(self.order_running(), ONE, strict=False))  # (sees decoding)
                 self.decoding = None
                 self._decodes = (scheduled, decoding[1], decoding[2], decoding[3])
                 return scheduled, budget - decoding[1]
@@ -191,7 +192,7 @@ class BatchPolicy(PooledPlans, TokenPolicy):
             # in admission order the pool's members come first, and each decodes
             p = pool.size
             running = self.running
-            scheduled = [(r, 1) for r in running[:p]]
+            scheduled = list(zip(islice(running, p), ONE, strict=False))
             self._decodes = (scheduled, p, pool.kv, pool.first_finish())
             order: Iterable[Request] = running[p:]
             budget -= p
@@ -354,6 +355,10 @@ class BatchPolicy(PooledPlans, TokenPolicy):
             mem.kv.discard_swapped(req)
             return
         super().drop(req)
+
+
+#: a decode's tokens, for every request of a zip
+ONE = repeat(1)
 
 
 def unschedule(scheduled: list[tuple[Request, int]], req: Request) -> int:

@@ -14,6 +14,7 @@ policy that opts in (``runs_unchanged = True``) with step-by-step simulation.
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from orcasim.plan import StepPlan
@@ -277,8 +278,7 @@ class TokenRuns:
             if k > 1:
                 finished = self.last_step_order(finished)
             else:  # the order of the plan
-                pos = {id(r): i for i, (r, _) in enumerate(plan.scheduled or ())}
-                finished.sort(key=lambda r: pos[id(r)])
+                finished.sort(key=list(map(itemgetter(0), plan.scheduled or ())).index)
         if finished:
             self.finish_run(finished, t_end)
         running = self.running
