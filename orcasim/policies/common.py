@@ -75,6 +75,7 @@ class BatchPolicy(PooledPlans, TokenPolicy):
     def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
         self.chunked: bool = bool(getattr(params, "chunked_prefill", False))
+        self._budget: int = getattr(params, "token_budget", 1 << 62)  # tokens per step at most
         self.mem: TokenMemory | None = None
         self._preempted_for_memory = False
         cls = type(self)  # runs need the plain step rule and effects (see TokenPolicy.decode_run)
@@ -168,7 +169,7 @@ class BatchPolicy(PooledPlans, TokenPolicy):
         A step that preempted for memory admits nothing new (vLLM's rule).
         """
         self._preempted_for_memory = False
-        scheduled, budget = self.schedule_running(self.params.token_budget)
+        scheduled, budget = self.schedule_running(self._budget)
         if not self._preempted_for_memory:
             self.admit_waiting(scheduled, budget)
         return scheduled
@@ -256,10 +257,13 @@ class BatchPolicy(PooledPlans, TokenPolicy):
         """
         ctx = self.ctx
         waiting = ctx.waiting
-        running = self.running
         slots = ctx.slots
         mem = self.mem
         swapped = mem.swapped if mem is not None else ()
+        if not swapped and (budget <= 0 or not waiting or (
+                slots.count >= slots.capacity and not self.preemptive)):
+            return budget  # (what the loop below finds at once)
+        running = self.running
         while budget > 0:
             if swapped and (not waiting or self.swap_first(swapped[0], waiting[0])):
                 if slots.count >= slots.capacity or not self._swap_in(scheduled, budget):

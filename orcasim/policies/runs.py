@@ -82,8 +82,10 @@ class TokenRuns:
     #: waiting request cannot appear without an arrival; and a step has no effect beyond
     #: :meth:`complete_step`
     runs_unchanged: ClassVar[bool] = False
-    #: whether :meth:`decode_run` may offer runs (found at its first call)
+    #: whether :meth:`decode_run` may offer runs, and :meth:`decode_budget` (found at its
+    #: first call)
     _run_offer: bool | None = None
+    _run_budget: int = 0
     #: whether a waiting request may take the place of a running one (then every arrival
     #: ends a run, since it may preempt)
     preemptive: bool = False
@@ -115,6 +117,7 @@ class TokenRuns:
         if offer is None:  # (whether runs may be offered at all: once)
             offer = self._run_offer = (self._runs and not self.event_driven  # type: ignore[attr-defined]
                                        and getattr(self, "mem", None) is None)
+            self._run_budget = self.decode_budget()
         if not offer or plan is None:
             return None
         size = len(self.running)
@@ -122,7 +125,7 @@ class TokenRuns:
             return None
         room = self.has_room()
         waiting = self.ctx.waiting
-        if waiting and (room or (self.preemptive and plan.num_tokens >= self.decode_budget())):
+        if waiting and (room or (self.preemptive and plan.num_tokens >= self._run_budget)):
             return None  # someone could join (or preempt: the plan spent the budget before
             # looking at the queue), or waits for a reason of the policy's
         left = self.steps_left(plan)
