@@ -36,7 +36,7 @@ class DecodePool:
     latest one, which is every member's last token time.
     """
 
-    __slots__ = ("_base", "_heap", "_seq", "kv", "last", "size", "steps")
+    __slots__ = ("_heap", "_seq", "kv", "last", "members", "size", "steps")
 
     def __init__(self) -> None:
         self.steps = 0
@@ -44,20 +44,20 @@ class DecodePool:
         self.size = 0
         self.last: float | None = None
         #: member -> (pool steps when its fields were last written, its heap entry's number)
-        self._base: dict[Request, tuple[int, int]] = {}
+        self.members: dict[Request, tuple[int, int]] = {}
         #: (pool step at which the member emits its last token, number, member); stale entries
         #: (a member that left) are skipped when they reach the top
         self._heap: list[tuple[int, int, Request]] = []
         self._seq = 0
 
     def __contains__(self, req: Request) -> bool:
-        return req in self._base
+        return req in self.members
 
     def join(self, req: Request) -> None:
         """Add ``req``, whose counters are up to date and whose last token came at ``last``."""
         seq = self._seq
         self._seq = seq + 1
-        self._base[req] = (self.steps, seq)
+        self.members[req] = (self.steps, seq)
         heapq.heappush(self._heap, (self.steps + req.output_len - req.num_output_tokens, seq,
                                     req))
         self.kv += req.num_computed_tokens
@@ -71,25 +71,25 @@ class DecodePool:
 
     def context(self, req: Request) -> int:
         """``req``'s computed tokens now (a member or not)."""
-        b = self._base.get(req)
+        b = self.members.get(req)
         return req.num_computed_tokens if b is None else (
             req.num_computed_tokens + self.steps - b[0])
 
     def members_of(self, scheduled: list[Entry]) -> tuple[int, list[Entry]]:
         """How many of ``scheduled``'s requests are members, and the other entries in order."""
-        base = self._base
+        base = self.members
         rest = [e for e in scheduled if e[0] not in base]
         return len(scheduled) - len(rest), rest
 
     def output_tokens(self, req: Request) -> int:
         """``req``'s generated tokens now (a member or not)."""
-        b = self._base.get(req)
+        b = self.members.get(req)
         return req.num_output_tokens if b is None else (
             req.num_output_tokens + self.steps - b[0])
 
     def first_finish(self) -> int:
         """Decode steps until the first member emits its last token (the next step is 1)."""
-        heap, base, steps = self._heap, self._base, self.steps
+        heap, base, steps = self._heap, self.members, self.steps
         while heap:
             done, seq, req = heap[0]
             b = base.get(req)
@@ -100,7 +100,7 @@ class DecodePool:
 
     def due(self) -> list[Request]:
         """Take out the members that emitted their last token in the latest step, up to date."""
-        heap, base, steps = self._heap, self._base, self.steps
+        heap, base, steps = self._heap, self.members, self.steps
         out: list[Request] = []
         while heap and heap[0][0] <= steps:
             done, seq, req = heapq.heappop(heap)
@@ -122,7 +122,7 @@ class DecodePool:
 
     def leave(self, req: Request) -> None:
         """Take member ``req`` out, its counters brought up to date (no-op if not a member)."""
-        b = self._base.pop(req, None)
+        b = self.members.pop(req, None)
         if b is None:
             return
         self._write(req, b[0])
@@ -131,7 +131,7 @@ class DecodePool:
 
     def sync(self) -> None:
         """Bring every member's counters up to date; they stay members."""
-        base, now = self._base, self.steps
+        base, now = self.members, self.steps
         for req, (since, seq) in base.items():
             if since != now:
                 self._write(req, since)
@@ -140,6 +140,6 @@ class DecodePool:
     def clear(self) -> None:
         """Bring every member's counters up to date and empty the pool."""
         self.sync()
-        self._base.clear()
+        self.members.clear()
         self._heap.clear()
         self.kv = self.size = 0

@@ -72,7 +72,7 @@ class KeyedQueue(Released):
     reaches the top), so every operation is O(log n).
     """
 
-    __slots__ = ("_heap", "_key", "_live", "_seq")
+    __slots__ = ("_heap", "_key", "_live", "_seq", "_top")
 
     def __init__(self, key: Callable[[Request], Any]) -> None:
         super().__init__()
@@ -80,6 +80,8 @@ class KeyedQueue(Released):
         self._heap: list[tuple[Any, int, Request]] = []
         self._live: dict[int, int] = {}  # id(request) -> seq of its live entry
         self._seq = 0
+        #: the first live entry, which is the heap's first (None: not known)
+        self._top: tuple[Any, int, Request] | None = None
 
     def __len__(self) -> int:
         return len(self._live)
@@ -97,16 +99,24 @@ class KeyedQueue(Released):
         seq = self._seq
         self._seq = seq + 1
         self._live[id(req)] = seq
-        heapq.heappush(self._heap, (self._key(req), seq, req))
+        entry = (self._key(req), seq, req)
+        heapq.heappush(self._heap, entry)
+        top = self._top
+        if top is not None and entry < top:
+            self._top = None
 
     appendleft = append  # a preempted request also goes where its key puts it
 
     def top(self) -> tuple[Any, int, Request]:
         """The first entry: ``(key, number, request)`` (IndexError if empty)."""
+        top = self._top
+        if top is not None:
+            return top
         heap, live = self._heap, self._live
         while heap:
             entry = heap[0]
             if live.get(id(entry[2])) == entry[1]:
+                self._top = entry
                 return entry
             heapq.heappop(heap)
         raise IndexError("the queue is empty")
@@ -130,16 +140,21 @@ class KeyedQueue(Released):
         _, _, req = self.top()
         heapq.heappop(self._heap)
         del self._live[id(req)]
+        self._top = None
         return req
 
     def remove(self, req: Request) -> None:
         """Take ``req`` out of the queue (ValueError if it is not queued)."""
         if self._live.pop(id(req), None) is None:
             raise ValueError(f"request {req.label} is not queued")
+        top = self._top
+        if top is not None and top[2] is req:
+            self._top = None
 
     def clear(self) -> None:
         self._heap.clear()
         self._live.clear()
+        self._top = None
 
 
 class GroupedQueue(Released):

@@ -45,8 +45,13 @@ class SRPT(SJF):
                 left = preds[req] - req.num_output_tokens
                 return (left if left > 0.0 else 0.0, req.arrival)
         else:
+            members = pool.members
+
             def rank(req: Request) -> Any:  # the same, for a member of the pool too
-                left = preds[req] - pool.output_tokens(req)
+                b = members.get(req)
+                out = req.num_output_tokens if b is None else (
+                    req.num_output_tokens + pool.steps - b[0])  # (pool.output_tokens(req))
+                left = preds[req] - out
                 return (left if left > 0.0 else 0.0, req.arrival)
 
         self.rank = rank
