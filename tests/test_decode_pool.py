@@ -152,3 +152,25 @@ def test_priority_runs_go_past_arrivals_that_cannot_preempt(monkeypatch):
     runs.clear()
     assert_identical(*run_both(same, n=len(reqs), variant=None))
     assert bounded < len(runs) - 5  # runs no longer ended at arrivals
+
+
+def test_keyed_queue_keeps_its_head_as_requests_come_and_go():
+    """The head found once is kept until an entry before it comes or it leaves."""
+    from orcasim.policies.queues import KeyedQueue
+    reqs = [Request(i, float(i), 4, 4) for i in range(5)]
+    q = KeyedQueue(lambda r: r.output_len - r.id)
+    for r in reqs[:3]:
+        q.append(r)  # keys 4, 3, 2
+    assert q[0] is reqs[2] and q.peek_key() == 2
+    q.append(reqs[3])  # key 1: the new head
+    assert q[0] is reqs[3]
+    q.remove(reqs[3])
+    assert q[0] is reqs[2]
+    q.remove(reqs[1])  # not the head: it stays
+    assert q.top()[2] is reqs[2] and len(q) == 2
+    assert q.popleft() is reqs[2] and q.popleft() is reqs[0] and not q
+    q.append(reqs[4])
+    assert q[0] is reqs[4]
+    q.clear()
+    with pytest.raises(IndexError):
+        q.top()
