@@ -28,6 +28,9 @@ class Sarathi(BatchPolicy):
         token_budget: int = Field(512, gt=0, description="tokens computed per step at most")
 
     def order(self, reqs: list[Request]) -> Iterable[Request]:
+        pool = self.pool
+        if pool is not None and pool.size == len(reqs) and reqs is self.running:
+            return reqs  # every one decodes together since the latest run
         decodes: list[Request] = []
         prefills: list[Request] = []
         for req in reqs:
