@@ -28,9 +28,8 @@ def test_pool_members_advance_together_and_are_written_when_they_leave():
     pool = DecodePool()
     a = decoding(0, 10, 1, 5, 1.0)
     b = decoding(1, 20, 2, 10, 1.0)
-    pool.advance(0, 1.0)
-    pool.join(a)
-    pool.join(b)
+    assert pool.advance(0, 1.0) == []
+    pool.join_all([a, b])
     assert (pool.size, pool.kv, pool.first_finish()) == (2, 10 + 21, 4)
     assert a in pool and pool.members_of([(b, 1), (a, 1), (Request(2, 0.0, 5, 5), 5)])[0] == 2
     pool.advance(3, 2.5)  # three decode steps, the last ending at 2.5
@@ -38,8 +37,7 @@ def test_pool_members_advance_together_and_are_written_when_they_leave():
     assert a.num_output_tokens == 1  # not written yet: read through the pool
     assert (pool.output_tokens(a), pool.context(a), pool.context(b)) == (4, 13, 24)
     assert pool.due() == []
-    pool.advance(1, 3.0)
-    assert pool.due() == [a]  # its last token, written
+    assert pool.advance(1, 3.0) == [a]  # its last token, written
     assert (a.num_output_tokens, a.num_computed_tokens, a.last_token) == (5, 14, 3.0)
     assert (pool.size, pool.kv, pool.first_finish()) == (1, 25, 4)
     pool.sync()  # written, still a member
@@ -57,9 +55,8 @@ def test_pool_members_advance_together_and_are_written_when_they_leave():
 def test_a_member_past_its_last_step_is_an_error():
     pool = DecodePool()
     pool.join(decoding(0, 4, 1, 3, 0.0))
-    pool.advance(3, 1.0)
     with pytest.raises(ValueError, match="finished 1 steps ago"):
-        pool.due()
+        pool.advance(3, 1.0)
 
 
 @pytest.mark.parametrize("name", ["fcfs", "sarathi", "priority-preempt", "srpt", "vtc"])

@@ -63,11 +63,26 @@ class DecodePool:
         self.kv += req.num_computed_tokens
         self.size += 1
 
-    def advance(self, k: int, t_end: float) -> None:
-        """Every member decodes ``k`` tokens, the last in a step ending at ``t_end``."""
+    def join_all(self, reqs: list[Request]) -> None:
+        """:meth:`join` each of ``reqs``."""
+        members, heap, steps = self.members, self._heap, self.steps
+        seq = self._seq
+        for req in reqs:
+            members[req] = (steps, seq)
+            heapq.heappush(heap, (steps + req.output_len - req.num_output_tokens, seq, req))
+            self.kv += req.num_computed_tokens
+            seq += 1
+        self._seq = seq
+        self.size += len(reqs)
+
+    def advance(self, k: int, t_end: float) -> list[Request]:
+        """Every member decodes ``k`` tokens, the last in a step ending at ``t_end``; take out
+        (up to date) and return those that emitted their last token in that step (:meth:`due`)."""
         self.steps += k
         self.kv += self.size * k
         self.last = t_end
+        heap = self._heap
+        return self.due() if heap and heap[0][0] <= self.steps else []
 
     def context(self, req: Request) -> int:
         """``req``'s computed tokens now (a member or not)."""

@@ -268,15 +268,13 @@ class TokenRuns:
                 req.last_token = before_last
                 finished.append(req)
         plan.num_itl_tokens = bulk
-        pool.advance(k, t_end)
-        if m:
-            for req in pool.due():
-                req.num_computed_tokens -= 1
-                req.num_output_tokens -= 1
-                req.last_token = before_last
-                finished.append(req)
-        for req in joining:
-            pool.join(req)
+        for req in pool.advance(k, t_end):  # the members that finish, as the last step finds
+            req.num_computed_tokens -= 1
+            req.num_output_tokens -= 1
+            req.last_token = before_last
+            finished.append(req)
+        if joining:
+            pool.join_all(joining)
         if len(finished) > 1:
             if k > 1:
                 finished = self.last_step_order(finished)
@@ -296,5 +294,4 @@ class TokenRuns:
 
         The default: the order of ``self.running``.
         """
-        pos = {id(r): i for i, r in enumerate(self.running)}
-        return sorted(reqs, key=lambda r: pos[id(r)])
+        return sorted(reqs, key=self.running.index)
