@@ -78,6 +78,10 @@ class KeyedPolicy(BatchPolicy):
 
     def admitted(self, req: Request) -> None:
         super().admitted(req)
+        if self.static_keys:  # its key, as it was queued (a static key does not change)
+            popped = getattr(self.ctx.waiting, "popped", None)
+            if popped is not None and popped[2] is req:
+                self._keys[req] = popped[0]
         if self._ordered is not None:
             bisect.insort_right(self._ordered, req, key=self.rank)
 

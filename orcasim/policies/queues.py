@@ -72,7 +72,7 @@ class KeyedQueue(Released):
     reaches the top), so every operation is O(log n).
     """
 
-    __slots__ = ("_heap", "_key", "_live", "_seq", "_top")
+    __slots__ = ("_heap", "_key", "_live", "_seq", "_top", "popped")
 
     def __init__(self, key: Callable[[Request], Any]) -> None:
         super().__init__()
@@ -82,6 +82,8 @@ class KeyedQueue(Released):
         self._seq = 0
         #: the first live entry, which is the heap's first (None: not known)
         self._top: tuple[Any, int, Request] | None = None
+        #: the entry :meth:`popleft` took last (its key, for a policy that ranks by it)
+        self.popped: tuple[Any, int, Request] | None = None
 
     def __len__(self) -> int:
         return len(self._live)
@@ -137,7 +139,8 @@ class KeyedQueue(Released):
 
     def popleft(self) -> Request:
         """Remove and return the first request (IndexError if empty)."""
-        _, _, req = self.top()
+        entry = self.popped = self.top()
+        req = entry[2]
         heapq.heappop(self._heap)
         del self._live[id(req)]
         self._top = None
