@@ -201,7 +201,7 @@ class OpenLoopSource(ArrivalSource):
         self._n = len(self._arrival)
         self._armed: simpy.Event | None = None  # what a lazy source sleeps on
         self._backlog: Any = None  # a Backlog, or the policy's queue (release_lazily)
-        self._floors: dict[str, Any] = {}  # least_ahead's suffix minima per attribute
+        self._floors: dict[str, Any] = {}
         ctx.source = self
         self.process = env.process(self.run())
 
@@ -211,41 +211,30 @@ class OpenLoopSource(ArrivalSource):
         Only for a policy that calls ``ctx.poll_arrivals()`` at every step
         boundary and otherwise waits on ``ctx.arrival``, with no admission
         gate or clients (they act at each arrival). ``ctx.waiting`` must be
-        empty: a deque, which becomes the backlog, or a queue of the policy's
-        that takes released requests itself (``takes_releases``; see
-        :class:`~orcasim.policies.queues.KeyedQueue`).
+        empty: a deque, which becomes the backlog, or a policy's queue that takes
+        releases itself (:class:`~orcasim.policies.queues.Released`).
         """
         ctx = self.ctx
         waiting: Any = ctx.waiting
         if waiting or not (type(waiting) is deque or getattr(waiting, "takes_releases", False)):
             raise ValueError("a lazy source needs an empty waiting queue that takes releases")
+        backlog = Backlog(self)
+        backlog._lo = backlog._hi = self._next
         if type(waiting) is deque:
-            self._backlog = ctx.waiting = Backlog(self)
-            self._backlog._lo = self._backlog._hi = self._next
-        else:
-            self._backlog = waiting
-            waiting.attach(self, self._next)
+            self._backlog = ctx.waiting = backlog
+        else:  # the queue takes what the backlog releases
+            self._backlog = waiting.attach(backlog)
         self.lazy = True
 
     def least_ahead(self, attr: str, default: Any) -> Any:
-        """The least value of per-request attribute ``attr`` among the requests still to
-        arrive (``default`` is every request's without such a column; ``None``: none is left),
-        a bound a policy may rely on for every later arrival."""
-        i = self._next
-        if i >= self._n:
-            return None
-        floors = self._floors.get(attr)
-        if floors is None:
+        """The least ``attr`` of the requests still to arrive, a bound on every later arrival
+        (``default``: the workload has no such column; ``None``: nobody is left)."""
+        if attr not in self._floors:  # suffix minima
             col = dict(self._attrs).get(attr)
-            floors = self._floors[attr] = (
-                None if col is None else column_view(np.minimum.accumulate(
-                    np.asarray(col)[::-1])[::-1].copy()))
-        return default if floors is None else floors[i]
-
-    def make_requests(self, lo: int, hi: int) -> list[Request]:
-        """Requests ``lo`` to ``hi - 1`` of the workload, as they arrive (released lazily)."""
-        arrival = self._arrival
-        return [self._request(k, arrival[k]) for k in range(lo, hi)]
+            self._floors[attr] = None if col is None else column_view(
+                np.minimum.accumulate(np.asarray(col)[::-1])[::-1])
+        floors = self._floors[attr]
+        return None if self._next >= self._n else default if floors is None else floors[self._next]
 
     def release_eagerly(self) -> None:
         """Back to submitting every request at its arrival time (e.g. after a hard stop)."""

@@ -171,3 +171,18 @@ def test_keyed_queue_keeps_its_head_as_requests_come_and_go():
     q.clear()
     with pytest.raises(IndexError):
         q.top()
+
+
+def test_least_ahead_bounds_the_requests_still_to_come():
+    reqs = [{"arrival": 0.1 * i, "prompt_len": 4, "output_len": 4, "priority": p}
+            for i, p in enumerate([2, 0, 1, 3])]
+    sc = orcasim.load_scenario("seed_orca").override(
+        {"variants": None, "workload": {"type": "list", "requests": reqs}})
+    m = build_model(sc.variants[0], generate_workload(sc.variants[0]))
+    src = m.ctx.source
+    assert src.least_ahead("priority", 0) == 0
+    assert src.least_ahead("tenant", "none") == "none"  # no such column: the default
+    src.flush(0.1)  # the first two arrived
+    assert src.least_ahead("priority", 0) == 1
+    src.flush(1.0)
+    assert src.least_ahead("priority", 0) is None  # nobody left

@@ -36,32 +36,32 @@ class Released:
     :meth:`~orcasim.source.OpenLoopSource.release_lazily`).
     """
 
-    __slots__ = ("_released", "_source")
+    __slots__ = ("_backlog",)
 
     #: a lazy source may release arrivals into it (:meth:`release`)
     takes_releases = True
 
     def __init__(self) -> None:
-        self._source: Any = None
-        self._released = 0
+        self._backlog: Any = None
 
     def append(self, req: Request) -> None:
         raise NotImplementedError
 
-    def attach(self, source: Any, start: int) -> None:
-        """Take the requests of ``source`` (an open-loop source releasing them lazily) from
-        its request ``start`` on, as :meth:`release` says they arrived."""
-        self._source = source
-        self._released = start
+    def attach(self, backlog: Any) -> Released:
+        """Take the arrivals of a lazy source's ``backlog`` (a
+        :class:`~orcasim.source.Backlog`) as :meth:`release` says they came; return itself
+        (what the source releases into)."""
+        self._backlog = backlog
+        return self
 
     def release(self, hi: int) -> None:
-        """The attached source's requests up to ``hi`` (exclusive) arrived: queue them, in
-        arrival order, as if each had been appended when it came."""
-        lo, self._released = self._released, hi
-        if hi > lo:
-            append = self.append
-            for req in self._source.make_requests(lo, hi):
-                append(req)
+        """The source's requests up to ``hi`` (exclusive) arrived: queue them, in arrival
+        order, as if each had been appended when it came."""
+        backlog = self._backlog
+        backlog.release(hi)
+        append, popleft = self.append, backlog.popleft
+        while backlog:
+            append(popleft())
 
 
 class KeyedQueue(Released):
