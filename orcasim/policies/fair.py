@@ -101,6 +101,7 @@ class FairSharePolicy(BatchPolicy):
         counters = self.counters
         floor = min(counters.get(g, 0.0) for g in backlogged) if backlogged else self._last_served
         counters[group] = max(counters.get(group, 0.0), floor)
+        self._queue.forget_choice()
 
     def admitted(self, req: Request) -> None:
         g = getattr(req, self.group_attr)
@@ -108,6 +109,7 @@ class FairSharePolicy(BatchPolicy):
         self.counters[g] = c = self.counters.get(g, 0.0) + cost / self.weight(g)
         self._last_served = c
         self._running_groups[g] = self._running_groups.get(g, 0) + 1
+        self._queue.forget_choice()
         self._all_emit = None
 
     def release(self, req: Request) -> None:
@@ -146,6 +148,7 @@ class FairSharePolicy(BatchPolicy):
             if c is None:
                 c = costs[g] = self.params.w_output / self.weight(g)  # type: ignore[attr-defined]
             counters[g] = add_repeated(counters.get(g, 0.0), c, m * steps)
+        self._queue.forget_choice()
 
     def decode_run(self, plan: StepPlan | None = None) -> tuple[int, int, int, bool] | None:
         noted, counts = self._emitting

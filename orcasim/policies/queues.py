@@ -167,9 +167,11 @@ class GroupedQueue(Released):
     (which must not change anything), called with the groups that have waiting
     requests in the order they first appeared. ``on_backlog(group, request)`` is
     called when a new arrival finds its group's queue empty (before it is queued).
+    The choice is kept until the backlogged groups change, or the owner of what
+    ``choose`` reads says it changed (:meth:`forget_choice`).
     """
 
-    __slots__ = ("_choose", "_group", "_n", "_on_backlog", "queues")
+    __slots__ = ("_choose", "_chosen", "_group", "_n", "_on_backlog", "queues")
 
     def __init__(
         self,
@@ -183,6 +185,11 @@ class GroupedQueue(Released):
         self._on_backlog = on_backlog
         self.queues: dict[Hashable, deque[Request]] = {}
         self._n = 0
+        self._chosen: list[Hashable] = []  # the group served next, when known
+
+    def forget_choice(self) -> None:
+        """What ``choose`` reads changed: choose again when asked."""
+        self._chosen = []
 
     def __len__(self) -> int:
         return self._n
@@ -207,15 +214,20 @@ class GroupedQueue(Released):
         q = self.queues.get(g)
         if q is None:
             q = self.queues[g] = deque()
-        if not q and self._on_backlog is not None:
-            self._on_backlog(g, req)
+        if not q:
+            self._chosen = []
+            if self._on_backlog is not None:
+                self._on_backlog(g, req)
         q.append(req)
         self._n += 1
 
     def appendleft(self, req: Request) -> None:
         """Put ``req`` back at the head of its group (a preempted request)."""
         g = self._group(req)
-        self.queues.setdefault(g, deque()).appendleft(req)
+        q = self.queues.setdefault(g, deque())
+        if not q:
+            self._chosen = []
+        q.appendleft(req)
         self._n += 1
 
     def peek_group(self, g: Hashable) -> Request:
@@ -223,16 +235,24 @@ class GroupedQueue(Released):
 
     def pop_group(self, g: Hashable) -> Request:
         """Remove and return the first request of group ``g``."""
-        req = self.queues[g].popleft()
+        q = self.queues[g]
+        req = q.popleft()
         self._n -= 1
+        if not q:
+            self._chosen = []
         return req
 
     def next_group(self) -> Hashable:
         """The group served next (IndexError if every queue is empty)."""
+        chosen = self._chosen
+        if chosen:
+            return chosen[0]
         groups = self.backlogged()
         if not groups:
             raise IndexError("the queue is empty")
-        return self._choose(groups) if self._choose is not None else groups[0]
+        g = self._choose(groups) if self._choose is not None else groups[0]
+        self._chosen = [g]
+        return g
 
     def __getitem__(self, i: int) -> Request:
         """``queue[0]``: the request ``popleft()`` would return."""
@@ -250,7 +270,10 @@ class GroupedQueue(Released):
             raise ValueError(f"request {req.label} is not queued")
         q.remove(req)
         self._n -= 1
+        if not q:
+            self._chosen = []
 
     def clear(self) -> None:
         self.queues.clear()
         self._n = 0
+        self._chosen = []
