@@ -184,7 +184,8 @@ class BatchPolicy(PooledPlans, TokenPolicy):
         pool = self.pool
         if decoding is not None:  # right after a run: every running request decodes
             if decoding[0] is self.running and decoding[1] == len(self.running) <= budget:
-                scheduled = list(zip(self.order_running(), ONE, strict=False))  # (sees decoding)
+                order = self.running if self._fifo else self.order_running()  # (sees decoding)
+                scheduled = list(zip(order, ONE, strict=False))
                 self.decoding = None
                 self._decodes = (scheduled, decoding[1], decoding[2], decoding[3])
                 return scheduled, budget - decoding[1]
@@ -260,8 +261,8 @@ class BatchPolicy(PooledPlans, TokenPolicy):
         slots = ctx.slots
         mem = self.mem
         swapped = mem.swapped if mem is not None else ()
-        if not swapped and (budget <= 0 or not waiting or (
-                slots.count >= slots.capacity and not self.preemptive)):
+        if not swapped and (budget <= 0 or (
+                slots.count >= slots.capacity and not self.preemptive) or not waiting):
             return budget  # (what the loop below finds at once)
         running = self.running
         while budget > 0:

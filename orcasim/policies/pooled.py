@@ -5,12 +5,13 @@ the pass that counts the plan's tokens) and counts the members of the
 policy's :class:`~orcasim.policies.decode_pool.DecodePool` by its aggregates;
 its per-request contexts are listed only if a latency model reads them. A
 run's end advances the pool in one go
-(:meth:`~orcasim.policies.runs.TokenRuns.complete_pooled`).
+(:meth:`PooledPlans.complete_run`).
 """
 
 from __future__ import annotations
 
 from functools import partial
+from operator import itemgetter
 from typing import Any
 
 from orcasim.plan import StepPlan
@@ -23,6 +24,9 @@ from orcasim.request import Request
 class PooledPlans:
     """Plans and runs of a token policy with a decode pool (mixed into ``BatchPolicy``)."""
 
+    ctx: Any
+    running: list[Request]
+    decoding: Any
     mem: Any
     pool: DecodePool | None
     _decodes: tuple[list[tuple[Request, int]], int, int, int] | None
@@ -82,6 +86,11 @@ class PooledPlans:
         return left if noted is plan else TokenRuns.steps_left(self, plan)  # type: ignore[arg-type]
 
     def complete_run(self, plan: StepPlan, ends: list[float]) -> None:
+        """:meth:`~orcasim.policies.runs.TokenRuns.complete_run` with the pool: the ``m``
+        entries of ``plan`` that are its members (all of them) advance together in O(1), the
+        other entries one by one, after which they join it; those that finish leave it. The
+        same effects as the plain pass.
+        """
         pool = self.pool
         if pool is None:
             return super().complete_run(plan, ends)  # type: ignore[misc]
@@ -89,8 +98,67 @@ class PooledPlans:
         if noted is not plan:  # (not planned here: every entry at face value)
             pool.clear()
             m, rest = 0, plan.scheduled or []
-        self.complete_pooled(plan, ends, pool, m, rest)  # type: ignore[attr-defined]
-
+        ctx = self.ctx
+        k = len(ends)
+        prev_end = ctx.last_step_end
+        t1, t_end = ends[0], ends[-1]
+        before_last = ends[-2] if k > 1 else prev_end
+        record_itl = ctx.recorder.record_itl
+        bulk = 0
+        own = True  # whether the loop below records the others' inter-token gaps
+        if m:
+            if pool.last == prev_end:
+                bulk = m
+            else:  # every member's gap is the same (their last tokens came with the pool's)
+                gap = t1 - pool.last  # type: ignore[operator]
+                if any(r.num_output_tokens and r.last_token != prev_end for r, _ in rest):
+                    own = False  # both kinds: recorded in the step's order
+                    for r, _ in plan.scheduled or ():
+                        if r in pool:
+                            record_itl(gap)
+                        elif r.num_output_tokens and r.last_token != prev_end:
+                            record_itl(t1 - r.last_token)  # type: ignore[operator]
+                else:
+                    ctx.recorder.record_itl_each(gap, m)
+        more = k - 1
+        joining: list[Request] = []
+        finished: list[Request] = []
+        for req, n in rest:
+            out = req.num_output_tokens
+            if out == 0:
+                req.first_token = t1
+            elif req.last_token == prev_end:
+                bulk += 1
+            elif own:
+                record_itl(t1 - req.last_token)  # type: ignore[operator]
+            out += k
+            if out < req.output_len:
+                req.num_computed_tokens += n + more
+                req.num_output_tokens = out
+                req.last_token = t_end
+                joining.append(req)
+            else:  # it finishes in the last step: leave it as that step finds it
+                req.num_computed_tokens += n + more - 1
+                req.num_output_tokens = out - 1
+                req.last_token = before_last
+                finished.append(req)
+        plan.num_itl_tokens = bulk
+        for req in pool.advance(k, t_end):  # the members that finish, as the last step finds
+            req.num_computed_tokens -= 1
+            req.num_output_tokens -= 1
+            req.last_token = before_last
+            finished.append(req)
+        if joining:
+            pool.join_all(joining)
+        if len(finished) > 1:
+            if k > 1:
+                finished = self.last_step_order(finished)  # type: ignore[attr-defined]
+            else:  # the order of the plan
+                finished.sort(key=list(map(itemgetter(0), plan.scheduled or ())).index)
+        if finished:
+            self.finish_run(finished, t_end)  # type: ignore[attr-defined]
+        running = self.running
+        self.decoding = (running, len(running), pool.kv, pool.first_finish())
 
 def plain_contexts(scheduled: list[tuple[Request, int]]) -> list[int]:
     """The computed tokens of ``scheduled``'s requests."""

@@ -14,13 +14,11 @@ policy that opts in (``runs_unchanged = True``) with step-by-step simulation.
 
 from __future__ import annotations
 
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from orcasim.plan import StepPlan
 
 if TYPE_CHECKING:
-    from orcasim.policies.decode_pool import DecodePool
     from orcasim.request import Request
 
 
@@ -125,7 +123,7 @@ class TokenRuns:
             return None
         room = self.has_room()
         waiting = self.ctx.waiting
-        if waiting and (room or (self.preemptive and plan.num_tokens >= self._run_budget)):
+        if (room or (self.preemptive and plan.num_tokens >= self._run_budget)) and waiting:
             return None  # someone could join (or preempt: the plan spent the budget before
             # looking at the queue), or waits for a reason of the policy's
         left = self.steps_left(plan)
@@ -216,74 +214,6 @@ class TokenRuns:
         for req in finished:
             self.release(req)  # type: ignore[attr-defined]
             ctx.finish(req, t_end)
-
-    def complete_pooled(self, plan: StepPlan, ends: list[float], pool: DecodePool, m: int,
-                        rest: list[tuple[Request, int]]) -> None:
-        """:meth:`complete_run` when ``m`` of ``plan``'s requests are the members of ``pool``
-        (all of them) and ``rest`` its other entries, in order: the members advance together
-        in O(1), the others one by one, after which they join the pool; those that finish
-        leave it. The same effects as :meth:`complete_run`."""
-        ctx = self.ctx
-        k = len(ends)
-        prev_end = ctx.last_step_end
-        t1, t_end = ends[0], ends[-1]
-        before_last = ends[-2] if k > 1 else prev_end
-        record_itl = ctx.recorder.record_itl
-        bulk = 0
-        own = True  # whether the loop below records the others' inter-token gaps
-        if m:
-            if pool.last == prev_end:
-                bulk = m
-            else:  # every member's gap is the same (their last tokens came with the pool's)
-                gap = t1 - pool.last  # type: ignore[operator]
-                if any(r.num_output_tokens and r.last_token != prev_end for r, _ in rest):
-                    own = False  # both kinds: recorded in the step's order
-                    for r, _ in plan.scheduled or ():
-                        if r in pool:
-                            record_itl(gap)
-                        elif r.num_output_tokens and r.last_token != prev_end:
-                            record_itl(t1 - r.last_token)  # type: ignore[operator]
-                else:
-                    ctx.recorder.record_itl_each(gap, m)
-        more = k - 1
-        joining: list[Request] = []
-        finished: list[Request] = []
-        for req, n in rest:
-            out = req.num_output_tokens
-            if out == 0:
-                req.first_token = t1
-            elif req.last_token == prev_end:
-                bulk += 1
-            elif own:
-                record_itl(t1 - req.last_token)  # type: ignore[operator]
-            out += k
-            if out < req.output_len:
-                req.num_computed_tokens += n + more
-                req.num_output_tokens = out
-                req.last_token = t_end
-                joining.append(req)
-            else:  # it finishes in the last step: leave it as that step finds it
-                req.num_computed_tokens += n + more - 1
-                req.num_output_tokens = out - 1
-                req.last_token = before_last
-                finished.append(req)
-        plan.num_itl_tokens = bulk
-        for req in pool.advance(k, t_end):  # the members that finish, as the last step finds
-            req.num_computed_tokens -= 1
-            req.num_output_tokens -= 1
-            req.last_token = before_last
-            finished.append(req)
-        if joining:
-            pool.join_all(joining)
-        if len(finished) > 1:
-            if k > 1:
-                finished = self.last_step_order(finished)
-            else:  # the order of the plan
-                finished.sort(key=list(map(itemgetter(0), plan.scheduled or ())).index)
-        if finished:
-            self.finish_run(finished, t_end)
-        running = self.running
-        self.decoding = (running, len(running), pool.kv, pool.first_finish())
 
     #: after a run, while nothing else changed the batch: ``(self.running, its length, KV
     #: tokens, steps until the first finishes)``, every running request decoding
