@@ -186,3 +186,22 @@ def test_least_ahead_bounds_the_requests_still_to_come():
     assert src.least_ahead("priority", 0) == 1
     src.flush(1.0)
     assert src.least_ahead("priority", 0) is None  # nobody left
+
+
+def test_a_subclass_whose_order_may_read_counters_runs_without_the_pool():
+    """A policy that reorders running requests by their counters, without saying it reads
+    them through the pool, keeps the plain pass over each run (and its results)."""
+    from orcasim.policies.common import BatchPolicy
+    from orcasim.policies.fcfs import FCFS
+
+    class MostGeneratedFirst(FCFS):
+        def order(self, reqs):
+            return sorted(reqs, key=lambda r: -r.num_output_tokens)
+
+    sc = orcasim.load_scenario("seed_orca").override(
+        {"workload.num_requests": 50, "variants": None, "policy": {"type": "fcfs"}})
+    cfg = sc.variants[0]
+    m = build_model(cfg, generate_workload(cfg))
+    pol = MostGeneratedFirst(m.engine.policy.params, None)
+    assert pol._runs and not pol.pool_safe() and pol.pool is None
+    assert BatchPolicy.pool_safe(m.engine.policy) and m.engine.policy.pool is not None

@@ -67,10 +67,6 @@ class BatchPolicy(PooledPlans, TokenPolicy):
     models_kv_memory: ClassVar[bool] = True
     #: whether :meth:`victim` is consulted when the batch is full
     preemptive: bool = False
-    #: whether running requests that decode together after a run are advanced as a
-    #: :class:`~orcasim.policies.decode_pool.DecodePool` (their counters written when read);
-    #: off for a policy whose order reads a running request's counters
-    lazy_decodes: ClassVar[bool] = True
 
     def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
@@ -85,9 +81,6 @@ class BatchPolicy(PooledPlans, TokenPolicy):
             p: Any = params
             self.mem = TokenMemory(ctx.kv, getattr(p, "preemption", "recompute"),
                                    getattr(p, "watermark", 0.0))
-        #: the running requests advanced together (runs without a memory limit)
-        self.pool: DecodePool | None = (
-            DecodePool() if self.lazy_decodes and self._runs and self.mem is None else None)
         #: make_plan's latest plan, how many of its requests are the pool, and its other entries
         self._pooled: tuple[StepPlan | None, int, list[tuple[Request, int]]] = (None, 0, [])
         self._left: tuple[StepPlan | None, int] = (None, 0)  # make_plan's steps_left
@@ -101,6 +94,17 @@ class BatchPolicy(PooledPlans, TokenPolicy):
         #: the running requests of the latest run, are the first ones)
         self._fifo = (cls.order is BatchPolicy.order
                       and cls.order_running is BatchPolicy.order_running)
+        #: the running requests advanced together (runs without a memory limit)
+        self.pool: DecodePool | None = (
+            DecodePool() if self._runs and self.mem is None and self.pool_safe() else None)
+
+    def pool_safe(self) -> bool:
+        """Whether the step rule may see the running requests that decode together as they
+        were when they joined the :class:`~orcasim.policies.decode_pool.DecodePool` (their
+        counters are written when they leave it or are listed): true when they get tokens in
+        admission order; a policy whose order or victim reads a running request's counters
+        says so only if it reads them through the pool or a joined one reads the same."""
+        return self._fifo
 
     def next_step(self) -> Generator[simpy.Event, Any, StepPlan | None]:
         ctx = self.ctx

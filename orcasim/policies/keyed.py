@@ -50,6 +50,9 @@ class KeyedPolicy(BatchPolicy):
         """Sort key of ``req`` (smaller runs first); computed when it is queued."""
         raise NotImplementedError
 
+    def pool_safe(self) -> bool:
+        return self.static_keys  # a running request's rank is its key, computed once
+
     def order(self, reqs: list[Request]) -> Iterable[Request]:
         ordered = self._ordered
         if ordered is not None and reqs is self.running and len(ordered) == len(reqs):

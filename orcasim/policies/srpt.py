@@ -61,6 +61,9 @@ class SRPT(SJF):
     def key(self, req: Request) -> Any:
         return (max(self.predict(req) - req.num_output_tokens, 0.0), req.arrival)
 
+    def pool_safe(self) -> bool:
+        return True  # its rank reads the pool
+
     def order(self, reqs: list[Request]) -> Iterable[Request]:
         """The running requests by remaining length, sorted once per step boundary.
 
