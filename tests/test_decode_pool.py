@@ -205,3 +205,18 @@ def test_a_subclass_whose_order_may_read_counters_runs_without_the_pool():
     pol = MostGeneratedFirst(m.engine.policy.params, None)
     assert pol._runs and not pol.pool_safe() and pol.pool is None
     assert BatchPolicy.pool_safe(m.engine.policy) and m.engine.policy.pool is not None
+
+
+@pytest.mark.parametrize("name", ["fcfs", "sarathi", "priority-preempt"])
+def test_runs_without_the_pool_equal_per_step_simulation(monkeypatch, name):
+    """The plain pass over a run's requests (a policy that does not say it is pool safe)."""
+    from orcasim.policies.common import BatchPolicy
+    from orcasim.policies.keyed import KeyedPolicy
+    from orcasim.policies.sarathi import Sarathi
+    for cls in (BatchPolicy, KeyedPolicy, Sarathi):
+        monkeypatch.setattr(cls, "pool_safe", lambda self: False)
+    over = {"policy": {**TOKEN_POLICIES[name], "max_batch": 16}, "variants": None,
+            "engine.latency.per_prefill_token": 0.0001}
+    slow, fast = run_both(over, n=300, variant=None)
+    assert_identical(slow, fast)
+    assert fast["events"] < slow["events"] * 0.8
