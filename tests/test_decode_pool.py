@@ -37,7 +37,9 @@ def test_pool_members_advance_together_and_are_written_when_they_leave():
     assert a.num_output_tokens == 1  # not written yet: read through the pool
     assert (pool.output_tokens(a), pool.context(a), pool.context(b)) == (4, 13, 24)
     assert pool.due() == []
+    assert pool.entries == [(a, 1), (b, 1)]  # a step's decode entries, in joining order
     assert pool.advance(1, 3.0) == [a]  # its last token, written
+    assert pool.entries == [(b, 1)]
     assert (a.num_output_tokens, a.num_computed_tokens, a.last_token) == (5, 14, 3.0)
     assert (pool.size, pool.kv, pool.first_finish()) == (1, 25, 4)
     pool.sync()  # written, still a member
@@ -220,3 +222,24 @@ def test_runs_without_the_pool_equal_per_step_simulation(monkeypatch, name):
     slow, fast = run_both(over, n=300, variant=None)
     assert_identical(slow, fast)
     assert fast["events"] < slow["events"] * 0.8
+
+
+@pytest.mark.parametrize("name", ["fcfs", "prefill-first", "decode-first", "vtc"])
+def test_the_pools_entries_are_the_first_running_requests_in_admission_order(monkeypatch, name):
+    from orcasim.policies.common import BatchPolicy
+    schedule_running = BatchPolicy.schedule_running
+    seen = []
+
+    def checked(self, budget):
+        pool = self.pool
+        if pool is not None and pool.size:
+            assert pool.entries == [(r, 1) for r in self.running[:pool.size]]
+            assert set(pool.members) == set(self.running[:pool.size])
+            seen.append(1)
+        return schedule_running(self, budget)
+
+    monkeypatch.setattr(BatchPolicy, "schedule_running", checked)
+    over = {"policy": {**TOKEN_POLICIES[name], "max_batch": 16}, "variants": None,
+            "engine.latency.per_prefill_token": 0.0001}
+    assert_identical(*run_both(over, n=300, variant=None))
+    assert len(seen) > 100

@@ -24,7 +24,7 @@ key on top of it.
 from __future__ import annotations
 
 from collections.abc import Generator, Iterable
-from itertools import islice, repeat
+from itertools import repeat
 from typing import Any, ClassVar, Literal
 
 import simpy
@@ -188,8 +188,11 @@ class BatchPolicy(PooledPlans, TokenPolicy):
         pool = self.pool
         if decoding is not None:  # right after a run: every running request decodes
             if decoding[0] is self.running and decoding[1] == len(self.running) <= budget:
-                order = self.running if self._fifo else self.order_running()  # (sees decoding)
-                scheduled = list(zip(order, ONE, strict=False))
+                if self._fifo and pool is not None:  # the pool's members, in that order
+                    scheduled = pool.entries.copy()
+                else:
+                    scheduled = list(zip(self.order_running(), ONE, strict=False))  # (sees
+                    # decoding)
                 self.decoding = None
                 self._decodes = (scheduled, decoding[1], decoding[2], decoding[3])
                 return scheduled, budget - decoding[1]
@@ -198,7 +201,7 @@ class BatchPolicy(PooledPlans, TokenPolicy):
             # in admission order the pool's members come first, and each decodes
             p = pool.size
             running = self.running
-            scheduled = list(zip(islice(running, p), ONE, strict=False))
+            scheduled = pool.entries.copy()
             self._decodes = (scheduled, p, pool.kv, pool.first_finish())
             order: Iterable[Request] = running[p:]
             budget -= p

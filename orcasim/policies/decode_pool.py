@@ -22,6 +22,7 @@ Pure data structure: no SimPy.
 from __future__ import annotations
 
 import heapq
+from itertools import repeat
 
 from orcasim.request import Request
 
@@ -36,7 +37,7 @@ class DecodePool:
     latest one, which is every member's last token time.
     """
 
-    __slots__ = ("_heap", "_seq", "kv", "last", "members", "size", "steps")
+    __slots__ = ("_heap", "_seq", "entries", "kv", "last", "members", "size", "steps")
 
     def __init__(self) -> None:
         self.steps = 0
@@ -45,6 +46,8 @@ class DecodePool:
         self.last: float | None = None
         #: member -> (pool steps when its fields were last written, its heap entry's number)
         self.members: dict[Request, tuple[int, int]] = {}
+        #: ``(member, 1)`` for each member in the order they joined: a step's decode entries
+        self.entries: list[tuple[Request, int]] = []
         #: (pool step at which the member emits its last token, number, member); stale entries
         #: (a member that left) are skipped when they reach the top
         self._heap: list[tuple[int, int, Request]] = []
@@ -60,6 +63,7 @@ class DecodePool:
         self.members[req] = (self.steps, seq)
         heapq.heappush(self._heap, (self.steps + req.output_len - req.num_output_tokens, seq,
                                     req))
+        self.entries.append((req, 1))
         self.kv += req.num_computed_tokens
         self.size += 1
 
@@ -74,6 +78,7 @@ class DecodePool:
             seq += 1
         self._seq = seq
         self.size += len(reqs)
+        self.entries += zip(reqs, repeat(1))
 
     def advance(self, k: int, t_end: float) -> list[Request]:
         """Every member decodes ``k`` tokens, the last in a step ending at ``t_end``; take out
@@ -143,6 +148,7 @@ class DecodePool:
         self._write(req, b[0])
         self.kv -= req.num_computed_tokens
         self.size -= 1
+        self.entries.remove((req, 1))
 
     def sync(self) -> None:
         """Bring every member's counters up to date; they stay members."""
@@ -157,4 +163,5 @@ class DecodePool:
         self.sync()
         self.members.clear()
         self._heap.clear()
+        self.entries.clear()
         self.kv = self.size = 0
