@@ -94,7 +94,8 @@ class Engine:
         self._coef: dict[int, tuple[float, float] | None] = {}
         self._step: dict[int, Callable[[int], float] | None] = {}
         if (self.fast_paths and policy._runs and not policy.event_driven
-                and self._runs_allowed() and type(ctx.waiting) is deque and not ctx.waiting):
+                and self._runs_allowed() and not ctx.waiting
+                and (type(ctx.waiting) is deque or getattr(ctx.waiting, "takes_releases", False))):
             ctx.source.release_lazily()  # type: ignore[union-attr]
         self.process = env.process(self.run())
         for proc in policy.processes():

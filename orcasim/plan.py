@@ -9,6 +9,8 @@ inter-token-latency samples without storing tokens.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from orcasim.request import Request
 
 
@@ -24,6 +26,10 @@ class StepPlan:
         contexts: with ``scheduled``, the tokens each scheduled request had computed
             before the step (the context its new tokens attend to), for latency
             models that look at each sequence; None when the policy does not say.
+            A policy may pass a function that lists them instead, called when they
+            are first read (before the step's effects: the engine times a step
+            before the policy applies it), so that a plan nobody asks for them
+            costs nothing.
         num_itl_tokens: set after the step: tokens emitted by sequences that also
             emitted in the previous step (each an inter-token gap of the step).
         swap_time: seconds of KV swapping (to or from CPU memory) the step also
@@ -31,7 +37,7 @@ class StepPlan:
     """
 
     __slots__ = (
-        "contexts",
+        "_contexts",
         "num_decode_tokens",
         "num_itl_tokens",
         "num_kv_tokens",
@@ -48,16 +54,28 @@ class StepPlan:
         num_prefill_tokens: int = 0,
         num_decode_tokens: int | None = None,
         scheduled: list[tuple[Request, int]] | None = None,
-        contexts: list[int] | None = None,
+        contexts: list[int] | Callable[[], list[int]] | None = None,
     ) -> None:
         self.num_seqs = num_seqs
         self.num_kv_tokens = num_kv_tokens
         self.num_prefill_tokens = num_prefill_tokens
         self.num_decode_tokens = num_seqs if num_decode_tokens is None else num_decode_tokens
         self.scheduled = scheduled
-        self.contexts = contexts
+        self._contexts = contexts
         self.num_itl_tokens = 0
         self.swap_time = 0.0
+
+    @property
+    def contexts(self) -> list[int] | None:
+        """The scheduled requests' contexts before the step (see the class), or None."""
+        c = self._contexts
+        if c is not None and not isinstance(c, list):
+            c = self._contexts = c()
+        return c
+
+    @contexts.setter
+    def contexts(self, value: list[int] | Callable[[], list[int]] | None) -> None:
+        self._contexts = value
 
     @property
     def num_tokens(self) -> int:

@@ -201,7 +201,8 @@ class OpenLoopSource(ArrivalSource):
         self._next = 0
         self._n = len(self._arrival)
         self._armed: simpy.Event | None = None  # what a lazy source sleeps on
-        self._backlog: Backlog | None = None
+        self._backlog: Any = None  # a Backlog, or the policy's queue (release_lazily)
+        self._floors: dict[str, Any] = {}
         ctx.source = self
         self.process = env.process(self.run())
 
@@ -210,15 +211,31 @@ class OpenLoopSource(ArrivalSource):
 
         Only for a policy that calls ``ctx.poll_arrivals()`` at every step
         boundary and otherwise waits on ``ctx.arrival``, with no admission
-        gate or clients (they act at each arrival). ``ctx.waiting`` must be an
-        empty deque; it becomes the backlog.
+        gate or clients (they act at each arrival). ``ctx.waiting`` must be
+        empty: a deque, which becomes the backlog, or a policy's queue that takes
+        releases itself (:class:`~orcasim.policies.queues.Released`).
         """
         ctx = self.ctx
-        if type(ctx.waiting) is not deque or ctx.waiting:
-            raise ValueError("a lazy source needs an empty deque as the waiting queue")
-        self._backlog = ctx.waiting = Backlog(self)
-        self._backlog._lo = self._backlog._hi = self._next
+        waiting: Any = ctx.waiting
+        if waiting or not (type(waiting) is deque or getattr(waiting, "takes_releases", False)):
+            raise ValueError("a lazy source needs an empty waiting queue that takes releases")
+        backlog = Backlog(self)
+        backlog._lo = backlog._hi = self._next
+        if type(waiting) is deque:
+            self._backlog = ctx.waiting = backlog
+        else:  # the queue takes what the backlog releases
+            self._backlog = waiting.attach(backlog)
         self.lazy = True
+
+    def least_ahead(self, attr: str, default: Any) -> Any:
+        """The least ``attr`` of the requests still to arrive, a bound on every later arrival
+        (``default``: the workload has no such column; ``None``: nobody is left)."""
+        if attr not in self._floors:  # suffix minima
+            col = dict(self._attrs).get(attr)
+            self._floors[attr] = None if col is None else column_view(
+                np.minimum.accumulate(np.asarray(col)[::-1])[::-1])
+        floors = self._floors[attr]
+        return None if self._next >= self._n else default if floors is None else floors[self._next]
 
     def release_eagerly(self) -> None:
         """Back to submitting every request at its arrival time (e.g. after a hard stop)."""

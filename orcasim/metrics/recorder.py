@@ -177,6 +177,11 @@ class Recorder(RequestRows):
         """
         self._extra_itl.append((gap, count, self.num_steps))
 
+    def record_itl_each(self, gap: float, times: int) -> None:
+        """``times`` separate one-token samples of ``gap``: ``record_itl(gap)`` ``times`` times,
+        in one call (the requests of a step that all waited since the same token)."""
+        self._extra_itl.extend([(gap, 1, self.num_steps)] * times)
+
     def record_batch(self, t_start: float, t_end: float, labels: tuple[str | None, ...]) -> None:
         """Per-step batch listing (only when ``trace_steps``); ``None`` is an empty slot."""
         self.steps.append((self.num_steps, t_start, t_end, labels))

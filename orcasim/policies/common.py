@@ -24,7 +24,7 @@ key on top of it.
 from __future__ import annotations
 
 from collections.abc import Generator, Iterable
-from itertools import islice
+from itertools import repeat
 from typing import Any, ClassVar, Literal
 
 import simpy
@@ -34,6 +34,8 @@ from orcasim.context import SchedulerContext
 from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
 from orcasim.policies.base import PolicyParams, TokenPolicy, slots_field
+from orcasim.policies.decode_pool import DecodePool
+from orcasim.policies.pooled import PooledPlans
 from orcasim.policies.runs import TokenRuns
 from orcasim.request import Request, RequestState
 from orcasim.sched.token_memory import TokenMemory
@@ -58,7 +60,7 @@ class TokenParams(MemoryParams):
     chunked_prefill: bool = Field(True, description="split a prompt across steps to fit the budget")
 
 
-class BatchPolicy(TokenPolicy):
+class BatchPolicy(PooledPlans, TokenPolicy):
     """Mixed prefill/decode batching under a token budget; subclasses choose the order."""
 
     Params: ClassVar[type[ComponentParams]] = TokenParams
@@ -69,6 +71,7 @@ class BatchPolicy(TokenPolicy):
     def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
         self.chunked: bool = bool(getattr(params, "chunked_prefill", False))
+        self._budget: int = getattr(params, "token_budget", 1 << 62)  # tokens per step at most
         self.mem: TokenMemory | None = None
         self._preempted_for_memory = False
         cls = type(self)  # runs need the plain step rule and effects (see TokenPolicy.decode_run)
@@ -78,6 +81,8 @@ class BatchPolicy(TokenPolicy):
             p: Any = params
             self.mem = TokenMemory(ctx.kv, getattr(p, "preemption", "recompute"),
                                    getattr(p, "watermark", 0.0))
+        #: make_plan's latest plan, how many of its requests are the pool, and its other entries
+        self._pooled: tuple[StepPlan | None, int, list[tuple[Request, int]]] = (None, 0, [])
         self._left: tuple[StepPlan | None, int] = (None, 0)  # make_plan's steps_left
         #: schedule_running's list whose first entries decode: (list, entries, KV, steps left)
         self._decodes: tuple[list[tuple[Request, int]], int, int, int] | None = None
@@ -85,6 +90,21 @@ class BatchPolicy(TokenPolicy):
             self.decode_run = None  # type: ignore[assignment]
         if self.mem is not None or cls.next_step is not BatchPolicy.next_step:
             self.ready_plan = None  # type: ignore[assignment]
+        #: whether running requests get tokens in admission order (then the pool's members,
+        #: the running requests of the latest run, are the first ones)
+        self._fifo = (cls.order is BatchPolicy.order
+                      and cls.order_running is BatchPolicy.order_running)
+        #: the running requests advanced together (runs without a memory limit)
+        self.pool: DecodePool | None = (
+            DecodePool() if self._runs and self.mem is None and self.pool_safe() else None)
+
+    def pool_safe(self) -> bool:
+        """Whether the step rule may see the running requests that decode together as they
+        were when they joined the :class:`~orcasim.policies.decode_pool.DecodePool` (their
+        counters are written when they leave it or are listed): true when they get tokens in
+        admission order; a policy whose order or victim reads a running request's counters
+        says so only if it reads them through the pool or a joined one reads the same."""
+        return self._fifo
 
     def next_step(self) -> Generator[simpy.Event, Any, StepPlan | None]:
         ctx = self.ctx
@@ -104,46 +124,6 @@ class BatchPolicy(TokenPolicy):
     def continue_step(self) -> StepPlan | None:
         scheduled, _ = self.schedule_running(self.params.token_budget)
         return self._plan(scheduled) if scheduled else None
-
-    def make_plan(self, scheduled: list[tuple[Request, int]]) -> StepPlan:
-        """:meth:`TokenPolicy.make_plan`, noting in the same pass :meth:`steps_left` (for runs,
-        which a memory limit rules out)."""
-        if self.mem is not None:
-            return TokenPolicy.make_plan(self, scheduled)
-        kv = prefill = decode = 0
-        left = 1 << 62
-        hint = self._decodes
-        if hint is not None and hint[0] is scheduled:  # its first m entries decode
-            _, m, kv, left = hint
-            decode = m
-            contexts = [r.num_computed_tokens for r, _ in islice(scheduled, m)]
-            rest = islice(scheduled, m, None)
-        else:
-            contexts = []
-            rest = iter(scheduled)
-        self._decodes = None
-        append = contexts.append
-        for req, n in rest:
-            c = req.num_computed_tokens
-            kv += c
-            append(c)
-            out = req.num_output_tokens
-            known = (req.prompt_len or 1) + out
-            if n == 1 and out > 0 and c == known - 1:
-                decode += 1
-            else:
-                prefill += n
-                if c + n < known:
-                    left = 0
-            if req.output_len - out < left:
-                left = req.output_len - out
-        plan = StepPlan(len(scheduled), kv, prefill, decode, scheduled, contexts)
-        self._left = (plan, left)
-        return plan
-
-    def steps_left(self, plan: StepPlan) -> int:
-        noted, left = self._left
-        return left if noted is plan else TokenRuns.steps_left(self, plan)
 
     def ready_plan(self) -> StepPlan | None:  # type: ignore[override]
         """:meth:`next_step` without a generator when a plan is ready (no memory limit: then
@@ -193,7 +173,7 @@ class BatchPolicy(TokenPolicy):
         A step that preempted for memory admits nothing new (vLLM's rule).
         """
         self._preempted_for_memory = False
-        scheduled, budget = self.schedule_running(self.params.token_budget)
+        scheduled, budget = self.schedule_running(self._budget)
         if not self._preempted_for_memory:
             self.admit_waiting(scheduled, budget)
         return scheduled
@@ -205,14 +185,29 @@ class BatchPolicy(TokenPolicy):
         held = mem.held if mem is not None else None
         bs = mem.kv.block_size if mem is not None else 0
         decoding = self.decoding
+        pool = self.pool
         if decoding is not None:  # right after a run: every running request decodes
-            self.decoding = None
             if decoding[0] is self.running and decoding[1] == len(self.running) <= budget:
-                scheduled = [(r, 1) for r in self.order_running()]
+                if self._fifo and pool is not None:  # the pool's members, in that order
+                    scheduled = pool.entries.copy()
+                else:
+                    scheduled = list(zip(self.order_running(), ONE, strict=False))  # (sees
+                    # decoding)
+                self.decoding = None
                 self._decodes = (scheduled, decoding[1], decoding[2], decoding[3])
                 return scheduled, budget - decoding[1]
-        scheduled: list[tuple[Request, int]] = []
-        order = self.order_running()
+            self.decoding = None
+        if pool is not None and pool.size and self._fifo and pool.size <= budget:
+            # in admission order the pool's members come first, and each decodes
+            p = pool.size
+            running = self.running
+            scheduled = pool.entries.copy()
+            self._decodes = (scheduled, p, pool.kv, pool.first_finish())
+            order: Iterable[Request] = running[p:]
+            budget -= p
+        else:
+            scheduled = []
+            order = self.order_running()
         for req in order if mem is None else list(order):
             if budget <= 0:
                 break
@@ -270,10 +265,13 @@ class BatchPolicy(TokenPolicy):
         """
         ctx = self.ctx
         waiting = ctx.waiting
-        running = self.running
         slots = ctx.slots
         mem = self.mem
         swapped = mem.swapped if mem is not None else ()
+        if not swapped and (budget <= 0 or (
+                slots.count >= slots.capacity and not self.preemptive) or not waiting):
+            return budget  # (what the loop below finds at once)
+        running = self.running
         while budget > 0:
             if swapped and (not waiting or self.swap_first(swapped[0], waiting[0])):
                 if slots.count >= slots.capacity or not self._swap_in(scheduled, budget):
@@ -343,12 +341,17 @@ class BatchPolicy(TokenPolicy):
         return True
 
     def complete_step(self, plan: StepPlan, t_start: float, t_end: float) -> None:
+        pool = self.pool
+        if pool is not None and pool.size and (self._pooled[0] is not plan or self._pooled[1]):
+            pool.clear()  # the step changes its members one by one
         mem = self.mem
         if mem is not None:
             mem.kv.observe(t_start, t_end, plan.num_kv_tokens + plan.num_tokens, mem.blocked)
         super().complete_step(plan, t_start, t_end)
 
     def running_requests(self) -> Iterable[Request]:
+        if self.pool is not None:
+            self.pool.sync()
         mem = self.mem
         if mem is None or not mem.swapped:
             return iter(self.running)
@@ -356,12 +359,18 @@ class BatchPolicy(TokenPolicy):
 
     def drop(self, req: Request) -> None:
         self.decoding = self._decodes = None  # the batch changes
+        if self.pool is not None:
+            self.pool.leave(req)
         mem = self.mem
         if mem is not None and req in mem.swapped:
             mem.swapped.remove(req)
             mem.kv.discard_swapped(req)
             return
         super().drop(req)
+
+
+#: a decode's tokens, for every request of a zip
+ONE = repeat(1)
 
 
 def unschedule(scheduled: list[tuple[Request, int]], req: Request) -> int:

@@ -69,6 +69,9 @@ class FairSharePolicy(BatchPolicy):
             ctx.waiting = self._queue
         #: running requests per group
         self._running_groups: dict[Hashable, int] = {}
+        #: its groups with running requests (a step's emitters when all running emit)
+        self._all_emit: dict[Hashable, int] | None = None
+        self._token_cost: dict[Hashable, float] = {}  # a group's counter cost of a token
         #: the latest plan and its emitting requests per group
         self._emitting: tuple[StepPlan | None, dict[Hashable, int]] = (None, {})
         #: the run in flight: each later step's emitting requests per group (None: no run)
@@ -80,13 +83,16 @@ class FairSharePolicy(BatchPolicy):
         return self._weights.get(group, 1.0)
 
     def _least_served(self, groups: list[Hashable]) -> Hashable:
+        if len(groups) == 1:
+            return groups[0]
         counters = self.counters
         return min(groups, key=lambda g: counters.get(g, 0.0))
 
-    def _lift(self, group: Hashable) -> None:
+    def _lift(self, group: Hashable, req: Request) -> None:
+        """``req`` arrived and found ``group`` idle (when it arrived, whenever it is queued)."""
         backlogged = self._queue.backlogged()
         if self._run_counts is not None:  # a run is in flight: replayed at its end
-            self._lifts.append((self.ctx.env.now, group, backlogged))
+            self._lifts.append((req.arrival, group, backlogged))
         else:
             self._lift_to(group, backlogged)
 
@@ -95,6 +101,7 @@ class FairSharePolicy(BatchPolicy):
         counters = self.counters
         floor = min(counters.get(g, 0.0) for g in backlogged) if backlogged else self._last_served
         counters[group] = max(counters.get(group, 0.0), floor)
+        self._queue.forget_choice()
 
     def admitted(self, req: Request) -> None:
         g = getattr(req, self.group_attr)
@@ -102,11 +109,14 @@ class FairSharePolicy(BatchPolicy):
         self.counters[g] = c = self.counters.get(g, 0.0) + cost / self.weight(g)
         self._last_served = c
         self._running_groups[g] = self._running_groups.get(g, 0) + 1
+        self._queue.forget_choice()
+        self._all_emit = None
 
     def release(self, req: Request) -> None:
         super().release(req)
         g = getattr(req, self.group_attr)
         self._running_groups[g] -= 1
+        self._all_emit = None
 
     def planned(self, plan: StepPlan) -> StepPlan:
         self.charge(plan)
@@ -116,7 +126,9 @@ class FairSharePolicy(BatchPolicy):
         """Charge each group ``w_output`` for every token its requests emit in ``plan``."""
         if (self.mem is None and plan.num_seqs == len(self.running)
                 and self.steps_left(plan)):  # every running request emits
-            counts = {g: m for g, m in self._running_groups.items() if m}
+            counts = self._all_emit
+            if counts is None:  # (kept until a request joins or leaves; never changed)
+                counts = self._all_emit = {g: m for g, m in self._running_groups.items() if m}
         else:
             counts = {}
             attr = self.group_attr
@@ -129,12 +141,14 @@ class FairSharePolicy(BatchPolicy):
 
     def _charge(self, counts: dict[Hashable, int], steps: int) -> None:
         """``steps`` steps in which ``counts[g]`` requests of each group ``g`` emit a token."""
-        w_out = self.params.w_output  # type: ignore[attr-defined]
         counters = self.counters
-        weights = self._weights
+        costs = self._token_cost
         for g, m in counts.items():
-            counters[g] = add_repeated(counters.get(g, 0.0), w_out / weights.get(g, 1.0),  # type: ignore[arg-type]
-                                       m * steps)
+            c = costs.get(g)
+            if c is None:
+                c = costs[g] = self.params.w_output / self.weight(g)  # type: ignore[attr-defined]
+            counters[g] = add_repeated(counters.get(g, 0.0), c, m * steps)
+        self._queue.forget_choice()
 
     def decode_run(self, plan: StepPlan | None = None) -> tuple[int, int, int, bool] | None:
         noted, counts = self._emitting
@@ -146,6 +160,9 @@ class FairSharePolicy(BatchPolicy):
         return run
 
     def complete_run(self, plan: StepPlan, ends: list[float]) -> None:
+        src = self.ctx.source
+        if src is not None and src.lazy:  # the run's arrivals, which lift between its steps
+            self.ctx.poll_arrivals()
         self._settle(ends[:-1])
         super().complete_run(plan, ends)
 

@@ -10,7 +10,6 @@ head. ``priority``, ``sjf``, ``edf`` and ``srpt`` build on it (see
 from __future__ import annotations
 
 import bisect
-import contextlib
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
@@ -51,6 +50,9 @@ class KeyedPolicy(BatchPolicy):
         """Sort key of ``req`` (smaller runs first); computed when it is queued."""
         raise NotImplementedError
 
+    def pool_safe(self) -> bool:
+        return self.static_keys  # a running request's rank is its key, computed once
+
     def order(self, reqs: list[Request]) -> Iterable[Request]:
         ordered = self._ordered
         if ordered is not None and reqs is self.running and len(ordered) == len(reqs):
@@ -61,7 +63,14 @@ class KeyedPolicy(BatchPolicy):
         if not self.running:
             return None
         worst = self.memory_victim()
-        return worst if self.key(head) < self.rank(worst) else None
+        waiting = self.ctx.waiting
+        if type(waiting) is KeyedQueue and waiting:  # the head's key, as it was queued
+            key, _, first = waiting.top()
+            if first is not head:
+                key = self.key(head)
+        else:
+            key = self.key(head)
+        return worst if key < self.rank(worst) else None
 
     def memory_victim(self) -> Request:
         """The running request with the largest key (the latest admitted among ties)."""
@@ -72,15 +81,19 @@ class KeyedPolicy(BatchPolicy):
 
     def admitted(self, req: Request) -> None:
         super().admitted(req)
+        if self.static_keys:  # its key, as it was queued (a static key does not change)
+            popped = getattr(self.ctx.waiting, "popped", None)
+            if popped is not None and popped[2] is req:
+                self._keys[req] = popped[0]
         if self._ordered is not None:
             bisect.insort_right(self._ordered, req, key=self.rank)
 
     def release(self, req: Request) -> None:
         super().release(req)
-        if self._ordered is not None:
-            # (absent if a subclass's admitted() skipped ours: then order() does not use it)
-            with contextlib.suppress(ValueError):
-                self._ordered.remove(req)
+        ordered = self._ordered
+        # (absent if a subclass's admitted() skipped ours: then order() does not use it)
+        if ordered is not None and req in ordered:
+            ordered.remove(req)
         self._keys.pop(req, None)
 
     def swap_first(self, swapped: Request, head: Request) -> bool:

@@ -43,18 +43,26 @@ class Priority(KeyedPolicy):
 
     def __init__(self, params: Params, ctx: SchedulerContext) -> None:
         self.level = ClassLevels(params.classes)
+        self._least = min(params.classes.values()) if params.classes else None  # least level
         self.aging_s = params.aging_s
         super().__init__(params, ctx)
 
     def arrival_may_preempt(self) -> bool:
         """Only a key below the largest running one preempts. With a ``classes`` mapping no
-        level is below its least, so a request arriving from now on has a key of at least
+        level is below its least, and without one none is below the least ``priority`` of the
+        requests still to come, so a request arriving from now on has a key of at least
         ``(least level, now)`` (``now + least level x aging_s`` with aging)."""
-        classes = self.level.classes
-        if not classes or not self.running:
+        least = self._least
+        if least is None:
+            ahead = getattr(self.ctx.source, "least_ahead", None)
+            if ahead is None:
+                return True
+            least = ahead("priority", 0)
+            if least is None:
+                return False  # nobody left to arrive
+        if not self.running:
             return True
         worst = self.rank(self.memory_victim())
-        least = min(classes.values())
         if self.aging_s is None:
             return least < worst[0]
         return self.ctx.env.now + least * self.aging_s < worst[0]

@@ -12,6 +12,8 @@ hard stop work with any policy.
 - :class:`GroupedQueue`: one FIFO per group (class, tenant), for policies that
   first choose a group and then serve it in arrival order.
 
+Both take arrivals from a lazy source at step boundaries (:class:`Released`).
+
 Pure data structures: no SimPy.
 """
 
@@ -25,7 +27,44 @@ from typing import Any
 from orcasim.request import Request
 
 
-class KeyedQueue:
+class Released:
+    """A queue into which a lazy open-loop source releases its arrivals at step boundaries.
+
+    The source's requests are queued with ``append``, in arrival order, when
+    the source says they arrived (:meth:`release`), as if each had been
+    appended at its arrival (see
+    :meth:`~orcasim.source.OpenLoopSource.release_lazily`).
+    """
+
+    __slots__ = ("_backlog",)
+
+    #: a lazy source may release arrivals into it (:meth:`release`)
+    takes_releases = True
+
+    def __init__(self) -> None:
+        self._backlog: Any = None
+
+    def append(self, req: Request) -> None:
+        raise NotImplementedError
+
+    def attach(self, backlog: Any) -> Released:
+        """Take the arrivals of a lazy source's ``backlog`` (a
+        :class:`~orcasim.source.Backlog`) as :meth:`release` says they came; return itself
+        (what the source releases into)."""
+        self._backlog = backlog
+        return self
+
+    def release(self, hi: int) -> None:
+        """The source's requests up to ``hi`` (exclusive) arrived: queue them, in arrival
+        order, as if each had been appended when it came."""
+        backlog = self._backlog
+        backlog.release(hi)
+        append, popleft = self.append, backlog.popleft
+        while backlog:
+            append(popleft())
+
+
+class KeyedQueue(Released):
     """Requests ordered by ``key(request)`` (smallest first), FIFO among equal keys.
 
     The key is computed when a request is queued and does not change while it
@@ -33,13 +72,18 @@ class KeyedQueue:
     reaches the top), so every operation is O(log n).
     """
 
-    __slots__ = ("_heap", "_key", "_live", "_seq")
+    __slots__ = ("_heap", "_key", "_live", "_seq", "_top", "popped")
 
     def __init__(self, key: Callable[[Request], Any]) -> None:
+        super().__init__()
         self._key = key
         self._heap: list[tuple[Any, int, Request]] = []
         self._live: dict[int, int] = {}  # id(request) -> seq of its live entry
         self._seq = 0
+        #: the first live entry, which is the heap's first (None: not known)
+        self._top: tuple[Any, int, Request] | None = None
+        #: the entry :meth:`popleft` took last (its key, for a policy that ranks by it)
+        self.popped: tuple[Any, int, Request] | None = None
 
     def __len__(self) -> int:
         return len(self._live)
@@ -57,72 +101,95 @@ class KeyedQueue:
         seq = self._seq
         self._seq = seq + 1
         self._live[id(req)] = seq
-        heapq.heappush(self._heap, (self._key(req), seq, req))
+        entry = (self._key(req), seq, req)
+        heapq.heappush(self._heap, entry)
+        top = self._top
+        if top is not None and entry < top:
+            self._top = None
 
     appendleft = append  # a preempted request also goes where its key puts it
 
-    def _top(self) -> tuple[Any, int, Request]:
+    def top(self) -> tuple[Any, int, Request]:
+        """The first entry: ``(key, number, request)`` (IndexError if empty)."""
+        top = self._top
+        if top is not None:
+            return top
         heap, live = self._heap, self._live
         while heap:
             entry = heap[0]
             if live.get(id(entry[2])) == entry[1]:
+                self._top = entry
                 return entry
             heapq.heappop(heap)
         raise IndexError("the queue is empty")
 
     def peek(self) -> Request:
         """The first request, without removing it (IndexError if empty)."""
-        return self._top()[2]
+        return self.top()[2]
 
     def __getitem__(self, i: int) -> Request:
         """``queue[0]`` is the first request, as for a deque; other indices are not supported."""
         if i != 0:
             raise IndexError("only queue[0] (the head) is supported")
-        return self._top()[2]
+        return self.top()[2]
 
     def peek_key(self) -> Any:
         """The key of the first request (IndexError if empty)."""
-        return self._top()[0]
+        return self.top()[0]
 
     def popleft(self) -> Request:
         """Remove and return the first request (IndexError if empty)."""
-        _, _, req = self._top()
+        entry = self.popped = self.top()
+        req = entry[2]
         heapq.heappop(self._heap)
         del self._live[id(req)]
+        self._top = None
         return req
 
     def remove(self, req: Request) -> None:
         """Take ``req`` out of the queue (ValueError if it is not queued)."""
         if self._live.pop(id(req), None) is None:
             raise ValueError(f"request {req.label} is not queued")
+        top = self._top
+        if top is not None and top[2] is req:
+            self._top = None
 
     def clear(self) -> None:
         self._heap.clear()
         self._live.clear()
+        self._top = None
 
 
-class GroupedQueue:
+class GroupedQueue(Released):
     """One first-come-first-served queue per group (``group(request)``: class, tenant...).
 
     ``queue[0]`` and ``popleft()`` serve the group chosen by ``choose(groups)``
     (which must not change anything), called with the groups that have waiting
-    requests in the order they first appeared. ``on_backlog(group)`` is called
-    when a new arrival finds its group's queue empty.
+    requests in the order they first appeared. ``on_backlog(group, request)`` is
+    called when a new arrival finds its group's queue empty (before it is queued).
+    The choice is kept until the backlogged groups change, or the owner of what
+    ``choose`` reads says it changed (:meth:`forget_choice`).
     """
 
-    __slots__ = ("_choose", "_group", "_n", "_on_backlog", "queues")
+    __slots__ = ("_choose", "_chosen", "_group", "_n", "_on_backlog", "queues")
 
     def __init__(
         self,
         group: Callable[[Request], Hashable],
         choose: Callable[[list[Hashable]], Hashable] | None = None,
-        on_backlog: Callable[[Hashable], None] | None = None,
+        on_backlog: Callable[[Hashable, Request], None] | None = None,
     ) -> None:
+        super().__init__()
         self._group = group
         self._choose = choose
         self._on_backlog = on_backlog
         self.queues: dict[Hashable, deque[Request]] = {}
         self._n = 0
+        self._chosen: list[Hashable] = []  # the group served next, when known
+
+    def forget_choice(self) -> None:
+        """What ``choose`` reads changed: choose again when asked."""
+        self._chosen = []
 
     def __len__(self) -> int:
         return self._n
@@ -147,15 +214,20 @@ class GroupedQueue:
         q = self.queues.get(g)
         if q is None:
             q = self.queues[g] = deque()
-        if not q and self._on_backlog is not None:
-            self._on_backlog(g)
+        if not q:
+            self._chosen = []
+            if self._on_backlog is not None:
+                self._on_backlog(g, req)
         q.append(req)
         self._n += 1
 
     def appendleft(self, req: Request) -> None:
         """Put ``req`` back at the head of its group (a preempted request)."""
         g = self._group(req)
-        self.queues.setdefault(g, deque()).appendleft(req)
+        q = self.queues.setdefault(g, deque())
+        if not q:
+            self._chosen = []
+        q.appendleft(req)
         self._n += 1
 
     def peek_group(self, g: Hashable) -> Request:
@@ -163,16 +235,24 @@ class GroupedQueue:
 
     def pop_group(self, g: Hashable) -> Request:
         """Remove and return the first request of group ``g``."""
-        req = self.queues[g].popleft()
+        q = self.queues[g]
+        req = q.popleft()
         self._n -= 1
+        if not q:
+            self._chosen = []
         return req
 
     def next_group(self) -> Hashable:
         """The group served next (IndexError if every queue is empty)."""
+        chosen = self._chosen
+        if chosen:
+            return chosen[0]
         groups = self.backlogged()
         if not groups:
             raise IndexError("the queue is empty")
-        return self._choose(groups) if self._choose is not None else groups[0]
+        g = self._choose(groups) if self._choose is not None else groups[0]
+        self._chosen = [g]
+        return g
 
     def __getitem__(self, i: int) -> Request:
         """``queue[0]``: the request ``popleft()`` would return."""
@@ -190,7 +270,10 @@ class GroupedQueue:
             raise ValueError(f"request {req.label} is not queued")
         q.remove(req)
         self._n -= 1
+        if not q:
+            self._chosen = []
 
     def clear(self) -> None:
         self.queues.clear()
         self._n = 0
+        self._chosen = []

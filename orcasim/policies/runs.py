@@ -80,6 +80,10 @@ class TokenRuns:
     #: waiting request cannot appear without an arrival; and a step has no effect beyond
     #: :meth:`complete_step`
     runs_unchanged: ClassVar[bool] = False
+    #: whether :meth:`decode_run` may offer runs, and :meth:`decode_budget` (found at its
+    #: first call)
+    _run_offer: bool | None = None
+    _run_budget: int = 0
     #: whether a waiting request may take the place of a running one (then every arrival
     #: ends a run, since it may preempt)
     preemptive: bool = False
@@ -107,15 +111,19 @@ class TokenRuns:
         max_steps, room)`` as :meth:`DecodeOnlyPolicy.decode_run`; ``room``:
         every arrival ends the run.
         """
-        if (not self._runs or plan is None or self.event_driven
-                or getattr(self, "mem", None) is not None):
+        offer = self._run_offer
+        if offer is None:  # (whether runs may be offered at all: once)
+            offer = self._run_offer = (self._runs and not self.event_driven  # type: ignore[attr-defined]
+                                       and getattr(self, "mem", None) is None)
+            self._run_budget = self.decode_budget()
+        if not offer or plan is None:
             return None
         size = len(self.running)
         if plan.num_seqs != size:  # (then each later step's decodes fit the budget too)
             return None
         room = self.has_room()
         waiting = self.ctx.waiting
-        if waiting and (room or (self.preemptive and plan.num_tokens >= self.decode_budget())):
+        if (room or (self.preemptive and plan.num_tokens >= self._run_budget)) and waiting:
             return None  # someone could join (or preempt: the plan spent the budget before
             # looking at the queue), or waits for a reason of the policy's
         left = self.steps_left(plan)
@@ -186,19 +194,26 @@ class TokenRuns:
                 req.last_token = before_last
                 finished.append(req)
         plan.num_itl_tokens = bulk
-        running = self.running
         if finished:
             if k > 1 and len(finished) > 1:
                 finished = self.last_step_order(finished)
-            for req in finished:
-                req.num_computed_tokens += 1
-                req.num_output_tokens += 1
-                req.last_token = t_end
-                running.remove(req)
-            for req in finished:
-                self.release(req)  # type: ignore[attr-defined]
-                ctx.finish(req, t_end)
+            self.finish_run(finished, t_end)
+        running = self.running
         self.decoding = (running, len(running), kv, left)
+
+    def finish_run(self, finished: list[Request], t_end: float) -> None:
+        """``finished``, as the last step of a run finds them and in its order, emit their
+        last token at ``t_end``, leave the batch and are recorded."""
+        running = self.running
+        for req in finished:
+            req.num_computed_tokens += 1
+            req.num_output_tokens += 1
+            req.last_token = t_end
+            running.remove(req)
+        ctx = self.ctx
+        for req in finished:
+            self.release(req)  # type: ignore[attr-defined]
+            ctx.finish(req, t_end)
 
     #: after a run, while nothing else changed the batch: ``(self.running, its length, KV
     #: tokens, steps until the first finishes)``, every running request decoding
@@ -209,5 +224,4 @@ class TokenRuns:
 
         The default: the order of ``self.running``.
         """
-        pos = {id(r): i for i, r in enumerate(self.running)}
-        return sorted(reqs, key=lambda r: pos[id(r)])
+        return sorted(reqs, key=self.running.index)

@@ -27,7 +27,13 @@ class Sarathi(BatchPolicy):
     class Params(TokenParams):
         token_budget: int = Field(512, gt=0, description="tokens computed per step at most")
 
+    def pool_safe(self) -> bool:
+        return True  # a member reads as it joined: a decode, as it is
+
     def order(self, reqs: list[Request]) -> Iterable[Request]:
+        pool = self.pool
+        if pool is not None and pool.size == len(reqs) and reqs is self.running:
+            return reqs  # every one decodes together since the latest run
         decodes: list[Request] = []
         prefills: list[Request] = []
         for req in reqs:

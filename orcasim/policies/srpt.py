@@ -10,6 +10,7 @@ its prediction has 0 left and is never preempted.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from orcasim.context import SchedulerContext
@@ -21,7 +22,13 @@ from orcasim.request import Request
 
 @policies.register("srpt")
 class SRPT(SJF):
-    """Shortest remaining (predicted) output first; preempts longer running requests."""
+    """Shortest remaining (predicted) output first; preempts longer running requests.
+
+    The running requests' order changes as they decode, so it is sorted
+    once per step boundary; the requests admitted and preempted at that
+    boundary keep it up to date (its last is the victim), as a static key's
+    order is kept (see :class:`~orcasim.policies.keyed.KeyedPolicy`).
+    """
 
     Params = LengthParams
 
@@ -29,10 +36,23 @@ class SRPT(SJF):
         super().__init__(params, ctx)
         self.preemptive = True
         self._preds = preds = KeyCache(self.predict)
+        self._sorted_at = -1.0  # the time self._ordered was last put in order
+        #: whether remaining lengths are whole numbers that stay above 0 while running
+        self._exact = self.predict.sigma == 0.0
+        pool = self.pool
+        if pool is None:
+            def rank(req: Request) -> Any:  # key(), with the prediction looked up
+                left = preds[req] - req.num_output_tokens
+                return (left if left > 0.0 else 0.0, req.arrival)
+        else:
+            members = pool.members
 
-        def rank(req: Request) -> Any:  # key(), with the prediction looked up
-            left = preds[req] - req.num_output_tokens
-            return (left if left > 0.0 else 0.0, req.arrival)
+            def rank(req: Request) -> Any:  # the same, for a member of the pool too
+                b = members.get(req)
+                out = req.num_output_tokens if b is None else (
+                    req.num_output_tokens + pool.steps - b[0])  # (pool.output_tokens(req))
+                left = preds[req] - out
+                return (left if left > 0.0 else 0.0, req.arrival)
 
         self.rank = rank
 
@@ -40,6 +60,35 @@ class SRPT(SJF):
 
     def key(self, req: Request) -> Any:
         return (max(self.predict(req) - req.num_output_tokens, 0.0), req.arrival)
+
+    def pool_safe(self) -> bool:
+        return True  # its rank reads the pool
+
+    def order(self, reqs: list[Request]) -> Iterable[Request]:
+        """The running requests by remaining length, sorted once per step boundary.
+
+        After a run in which every running request emitted the same number
+        of tokens, the order kept since the run was planned still holds when
+        the predictions are the true lengths: every remaining length fell by
+        the same whole number and none reached 0 (a request finishes at its
+        length), so nothing needs sorting.
+        """
+        if reqs is not self.running or self.mem is not None:
+            return sorted(reqs, key=self.rank)
+        ordered = self._ordered
+        decoding = self.decoding
+        if not (self._exact and decoding is not None and decoding[0] is reqs
+                and ordered is not None and len(ordered) == len(reqs)):
+            ordered = self._ordered = sorted(reqs, key=self.rank)
+        self._sorted_at = self.ctx.env._now  # kept as requests come and go until a step ends
+        return ordered
+
+    def memory_victim(self) -> Request:
+        ordered = self._ordered
+        if (ordered is not None and self._sorted_at == self.ctx.env._now
+                and len(ordered) == len(self.running)):
+            return ordered[-1]
+        return max(reversed(self.running), key=self.rank)
 
     def release(self, req: Request) -> None:
         super().release(req)
