@@ -47,17 +47,18 @@ class KVSeries(BinnedSeries):
     def add(self, t_start: float, t_end: float, tokens: int, allocated: int, internal: int,
             padding: int, swapped: int, blocked: bool) -> None:
         """One step's memory state (``blocked``: free memory was stranded this step)."""
-        self._t1.append(t_end)
+        t1 = self._t1
+        t1.append(t_end)
         self._alloc.append(allocated)
         self._int.append(internal)
-        self._r_start.append(t_start)  # as _run, for a run of one step
+        self._r_start.append(t_start)  # as a run of one step
         self._r_len.append(1)
         self._r_tok.append(tokens)
         self._r_size.append(0)
         self._r_pad.append(padding)
         self._r_swap.append(swapped)
         self._r_blk.append(blocked)
-        if len(self._t1) >= _BUFFER:
+        if len(t1) >= _BUFFER:
             self.flush(whole=True)
 
     def add_run(self, t_start: float, ends: list[float], tokens: int, size: int,
@@ -65,21 +66,18 @@ class KVSeries(BinnedSeries):
                 blocked: bool) -> None:
         """Steps back to back from ``t_start``, ending at ``ends``: :meth:`add` once per step,
         with ``tokens`` growing by ``size`` per step and ``allocated``/``internal`` per step."""
-        self._t1.extend(ends)
+        t1 = self._t1
+        t1.extend(ends)
         self._alloc.extend(allocated)
         self._int.extend(internal)
-        self._run(t_start, len(ends), tokens, size, padding, swapped, blocked)
-
-    def _run(self, t_start: float, k: int, tokens: int, size: int, padding: int, swapped: int,
-             blocked: bool) -> None:
         self._r_start.append(t_start)
-        self._r_len.append(k)
+        self._r_len.append(len(ends))
         self._r_tok.append(tokens)
         self._r_size.append(size)
         self._r_pad.append(padding)
         self._r_swap.append(swapped)
         self._r_blk.append(blocked)
-        if len(self._t1) >= _BUFFER:
+        if len(t1) >= _BUFFER:
             self.flush(whole=True)
 
     def flush(self, whole: bool = False) -> None:

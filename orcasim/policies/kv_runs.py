@@ -115,7 +115,7 @@ class KVDecodeRuns(DecodeRuns):
                 raise SimulationError(f"a run of decode steps: {err}") from None
         # the same refusal (or none) at every boundary of the run
         kv.observe_run(self._run_t0, ends, batch.num_kv_tokens, batch.size, allocated, internal,
-                       self._blocked)
+                       self._blocked, True)
         if self._swapped_in:
             self._swapped_in = []
         return DecodeRuns.complete_run(self, plan, ends)

@@ -30,6 +30,7 @@ class DecodeGrowth:
     def __init__(self, alloc: PagedAllocator) -> None:
         self.alloc = alloc
         self.bs = bs = alloc.block_size
+        self._num_blocks = alloc.layout.num_blocks
         self.phases: list[dict[int, Request]] = [{} for _ in range(bs)]
         self._events: list[tuple[int, int, Request]] = []  # (last growth step, seq, request)
         # request id -> (blocks at joining, first growth step, growths in all, batch seq)
@@ -117,31 +118,31 @@ class DecodeGrowth:
         phases = self.phases
         bs = self.bs
         ev = self._events
-        free = alloc.num_free_blocks
-        num_blocks = alloc.layout.num_blocks
-        allocated = [(num_blocks - free) * bs]
-        internal = alloc.internal_slots
+        num_blocks = self._num_blocks
         last = step + k
-        stop = ev[0][0] if ev else last + 1  # the next round where a member stops growing
-        if stop > last:  # nobody stops growing: the internal slots stay as they are
+        used = num_blocks - alloc.num_free_blocks  # blocks
+        if not ev or ev[0][0] > last:  # nobody stops growing: the internal slots stay
+            allocated = [used * bs]
             append = allocated.append
             for s in range(step + 1, last + 1):
-                free -= len(phases[s % bs])
-                append((num_blocks - free) * bs)
-            internals = [internal] * (k + 1)
+                used += len(phases[s % bs])
+                append(used * bs)
+            internals = [alloc.internal_slots] * (k + 1)
         else:
-            internals = [internal]
+            stop = ev[0][0]  # the next round where a member stops growing
+            allocated = [used * bs]
+            internals = [alloc.internal_slots]
             for s in range(step + 1, last + 1):
-                free -= len(phases[s % bs])
+                used += len(phases[s % bs])
                 if s >= stop:
-                    alloc.num_free_blocks = free
+                    alloc.num_free_blocks = num_blocks - used
                     self.end_round(s)
                     stop = ev[0][0] if ev else last + 1
-                allocated.append((num_blocks - free) * bs)
+                allocated.append(used * bs)
                 internals.append(alloc.internal_slots)
-        if free < 0:
+        if used > num_blocks:
             raise ValueError(f"rounds {step + 1} to {last} need more blocks than are free")
-        alloc.num_free_blocks = free
+        alloc.num_free_blocks = num_blocks - used
         if k:
             self.last_round = last
         return allocated, internals
