@@ -33,8 +33,9 @@ class DecodeGrowth:
         self._num_blocks = alloc.layout.num_blocks
         self.phases: list[dict[int, Request]] = [{} for _ in range(bs)]
         self._events: list[tuple[int, int, Request]] = []  # (last growth step, seq, request)
-        # request id -> (blocks at joining, first growth step, growths in all, batch seq)
-        self._plan: dict[int, tuple[int, int, int, int]] = {}
+        # request id -> (blocks at joining, first growth step, growths in all, batch seq,
+        # the unused tail of its final block)
+        self._plan: dict[int, tuple[int, int, int, int, int]] = {}
         self.last_round = -1
         # members of this round's phase still waiting for their block (exact path only)
         self._pending: set[int] = set()
@@ -57,7 +58,7 @@ class DecodeGrowth:
         first = step + slots + 1 - known  # in (step, step + bs]: no earlier step has its phase
         growths = -(-(final - slots) // bs)
         seq = req._batch_seq
-        self._plan[req.id] = (held, first, growths, seq)
+        self._plan[req.id] = (held, first, growths, seq, slots + growths * bs - final)
         if step > self.last_round:
             self._early.append((first % bs, seq, req))
         else:
@@ -176,17 +177,19 @@ class DecodeGrowth:
                 self._stop(req)
 
     def _stop(self, req: Request) -> None:
-        held, first, growths, seq = self._plan.pop(req.id)
+        held, first, growths, seq, tail = self._plan.pop(req.id)
         self.phases[first % self.bs].pop(seq, None)
-        n = self.alloc.held[req.id] = held + growths
-        self.alloc._note_final(req, n)
+        alloc = self.alloc
+        alloc.held[req.id] = held + growths
+        alloc._internal[req.id] = tail  # its final block: as PagedAllocator._note_final
+        alloc.internal_slots += tail
 
     def leave(self, req: Request) -> None:
         """``req`` leaves the batch: write its block count back to the allocator."""
         plan = self._plan.pop(req.id, None)
         if plan is None:
             return
-        held, first, growths, seq = plan
+        held, first, growths, seq, _ = plan
         self.phases[first % self.bs].pop(seq, None)
         r = self.last_round
         done = 0 if r < first else min(growths, (r - first) // self.bs + 1)
