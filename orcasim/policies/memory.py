@@ -201,22 +201,16 @@ class KVDecodePolicy(KVDecodeRuns, DecodeOnlyPolicy):
                     return None
                 raise self._no_progress(req)
             self._blocked = True
-            if kv.has_getters:
-                self._miss = None
-            elif kv.paged:
-                self._miss = (req, need, 0, 0)
-            else:
-                self._miss = (req, kv.num_releases, kv.free_units, keep)
+            self._miss = (None if kv.has_getters else (req, need, 0, 0) if kv.paged
+                          else (req, kv.num_releases, kv.free_units, keep))
             return False
         self._miss = None
         self.join(req)
         return True
 
     def _refused_again(self, miss: tuple[Request, int, int, int], keep: int) -> bool:
-        """Whether ``kv.admit(miss[0], keep)`` would refuse the last refused request again
-        (the answer of the allocator, without asking it)."""
-        kv = self.kv
-        assert kv is not None
+        """Whether ``kv.admit(miss[0], keep)`` would refuse the last refused request again."""
+        kv: Any = self.kv
         if kv.has_getters:
             return False  # the allocator is asked (it refuses behind a get)
         if kv.paged:  # its need is fixed while it waits: the free blocks decide
