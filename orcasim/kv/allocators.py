@@ -75,14 +75,23 @@ class PagedAllocator:
 
     def admit(self, req: Request, keep_free: int = 0) -> bool:
         """Allocate blocks for ``req``'s known tokens if ``keep_free`` blocks stay free after."""
-        if req.id in self.held:
+        rid = req.id
+        held = self.held
+        if rid in held:
             raise ValueError(f"request {req.label} already holds blocks")
-        n = self.need(req)
+        p = req.prompt_len
+        if p < 1:
+            p = 1
+        bs = self.block_size
+        n = -(-(p + req.num_output_tokens) // bs)  # need(req)
         if n + keep_free > self.num_free_blocks:
             return False
         self.num_free_blocks -= n
-        self.held[req.id] = n
-        self._note_final(req, n)
+        held[rid] = n
+        tail = n * bs - (p + req.output_len - 1)  # as _note_final
+        if tail >= 0:
+            self._internal[rid] = tail
+            self.internal_slots += tail
         return True
 
     def allocate_tokens(self, req: Request, num_tokens: int, keep_free: int = 0) -> bool:

@@ -209,9 +209,12 @@ class KVPool:
 
     def admit(self, req: Request, keep_free: int = 0) -> bool:
         """Give ``req`` memory for its known tokens (or its reservation); False if none fits."""
-        if self._getters or not self.alloc.admit(req, keep_free):
+        alloc = self.alloc
+        if self._getters or not alloc.admit(req, keep_free):
             return False
-        self._note_peak()
+        a = alloc.allocated_slots
+        if a > self.peak_allocated:
+            self.peak_allocated = a
         return True
 
     def release(self, req: Request) -> int:
@@ -314,14 +317,16 @@ class KVPool:
                                  [internal] * k, False)
 
     def observe_run(self, t_start: float, ends: list[float], num_tokens: int, size: int,
-                    allocated: list[int], internal: list[int], blocked: bool) -> None:
+                    allocated: list[int], internal: list[int], blocked: bool,
+                    growing: bool = False) -> None:
         """:meth:`observe` for each step of a run of decode steps from ``t_start``: the batch
         holds ``num_tokens`` KV tokens in the first, ``size`` more in each next, and the
-        allocator ``allocated`` and ``internal`` slots in each (padding and swap unchanged)."""
+        allocator ``allocated`` and ``internal`` slots in each (padding and swap unchanged).
+        ``growing``: ``allocated`` never decreases (its peak is its last)."""
         series = self.series
         if series is None:
             return
-        peak = max(allocated)
+        peak = allocated[-1] if growing else max(allocated)
         if peak > self.peak_allocated:
             self.peak_allocated = peak
         series.add_run(t_start, ends, num_tokens, size, allocated, internal,

@@ -19,6 +19,9 @@ from orcasim.metrics.series import BinnedSeries, expand_runs
 
 VALUES = ("tokens", "allocated", "internal", "padding", "free", "stranded", "swapped")
 _BUFFER = 4096
+#: a run's row: its start, its length, the tokens of its first step and their growth per
+#: step, its padding and swapped slots, and whether free memory was stranded (0 or 1)
+_RUN_FIELDS = 7
 
 
 class KVSeries(BinnedSeries):
@@ -29,16 +32,12 @@ class KVSeries(BinnedSeries):
         #: slots of the whole pool (free = total - allocated)
         self.total = total
         # raw steps not yet binned: per step its end, allocated and internal slots; per run
-        # of steps (a single step is a run of one) its start, its length, the tokens of its
-        # first step and their growth per step, and its padding, swapped and stranded state
+        # of steps (a single step is a run of one) a row of _RUN_FIELDS, one after another
+        # in one array (integers below 2**53 are exact in it)
         self._t1 = array("d")
         self._alloc = array("q")
         self._int = array("q")
-        self._r_start = array("d")
-        self._r_ints = tuple(array("q") for _ in range(6))  # len, tokens, size, padding,
-        # swapped, blocked (0 or 1)
-        (self._r_len, self._r_tok, self._r_size, self._r_pad, self._r_swap,
-         self._r_blk) = self._r_ints
+        self._runs = array("d")
 
     def __len__(self) -> int:
         """Raw steps not yet binned."""
@@ -47,17 +46,12 @@ class KVSeries(BinnedSeries):
     def add(self, t_start: float, t_end: float, tokens: int, allocated: int, internal: int,
             padding: int, swapped: int, blocked: bool) -> None:
         """One step's memory state (``blocked``: free memory was stranded this step)."""
-        self._t1.append(t_end)
+        t1 = self._t1
+        t1.append(t_end)
         self._alloc.append(allocated)
         self._int.append(internal)
-        self._r_start.append(t_start)  # as _run, for a run of one step
-        self._r_len.append(1)
-        self._r_tok.append(tokens)
-        self._r_size.append(0)
-        self._r_pad.append(padding)
-        self._r_swap.append(swapped)
-        self._r_blk.append(blocked)
-        if len(self._t1) >= _BUFFER:
+        self._runs.extend((t_start, 1, tokens, 0, padding, swapped, blocked))  # a run of one
+        if len(t1) >= _BUFFER:
             self.flush(whole=True)
 
     def add_run(self, t_start: float, ends: list[float], tokens: int, size: int,
@@ -65,21 +59,12 @@ class KVSeries(BinnedSeries):
                 blocked: bool) -> None:
         """Steps back to back from ``t_start``, ending at ``ends``: :meth:`add` once per step,
         with ``tokens`` growing by ``size`` per step and ``allocated``/``internal`` per step."""
-        self._t1.extend(ends)
+        t1 = self._t1
+        t1.extend(ends)
         self._alloc.extend(allocated)
         self._int.extend(internal)
-        self._run(t_start, len(ends), tokens, size, padding, swapped, blocked)
-
-    def _run(self, t_start: float, k: int, tokens: int, size: int, padding: int, swapped: int,
-             blocked: bool) -> None:
-        self._r_start.append(t_start)
-        self._r_len.append(k)
-        self._r_tok.append(tokens)
-        self._r_size.append(size)
-        self._r_pad.append(padding)
-        self._r_swap.append(swapped)
-        self._r_blk.append(blocked)
-        if len(self._t1) >= _BUFFER:
+        self._runs.extend((t_start, len(ends), tokens, size, padding, swapped, blocked))
+        if len(t1) >= _BUFFER:
             self.flush(whole=True)
 
     def flush(self, whole: bool = False) -> None:
@@ -96,26 +81,24 @@ class KVSeries(BinnedSeries):
         t1 = np.array(self._t1, dtype=np.float64)  # copies
         alloc = np.array(self._alloc, dtype=np.float64)
         internal = np.array(self._int, dtype=np.float64)
-        k, first, t0 = expand_runs(t1, self._r_len, self._r_start)
-        tok0, size, pad, swap, blk = (np.repeat(np.array(c, dtype=np.float64), k)
-                                      for c in self._r_ints[1:])
+        runs = np.array(self._runs, dtype=np.float64).reshape(-1, _RUN_FIELDS)
+        k, first, t0 = expand_runs(t1, runs[:, 1], runs[:, 0])
+        tok0, size, pad, swap, blk = (np.repeat(runs[:, i], k) for i in range(2, 7))
         since = np.arange(m) - np.repeat(first, k)  # steps since the run's first
         tok = tok0 + size * since  # exact: integers in float64
         if n < m:  # the steps from n on stay raw; the run they start in is cut there
             r = int(np.searchsorted(first, n, side="right")) - 1
-            cut = n - int(first[r])  # steps of run r before n
-            rest = [c[r:].tolist() for c in (self._r_start, *self._r_ints)]
-            rest[0][0] = float(t0[n])
-            rest[1][0] -= cut
-            rest[2][0] = int(tok[n])
+            rest = runs[r:].copy()
+            rest[0, 0] = t0[n]
+            rest[0, 1] -= n - int(first[r])  # the steps of run r before n
+            rest[0, 2] = tok[n]
             tails = (t1[n:].tolist(), self._alloc[n:], self._int[n:])
-        for c in (self._t1, self._alloc, self._int, self._r_start, *self._r_ints):
+        for c in (self._t1, self._alloc, self._int, self._runs):
             del c[:]
         if n < m:
             for c, tail in zip((self._t1, self._alloc, self._int), tails, strict=True):
                 c.extend(tail)
-            for c, tail in zip((self._r_start, *self._r_ints), rest, strict=True):
-                c.extend(tail)
+            self._runs.frombytes(rest.tobytes())
         free = self.total - alloc[:n]
         stranded = np.where(blk[:n] > 0, free, 0.0)
         self.add_columns(t0[:n], t1[:n], [tok[:n], alloc[:n], internal[:n], pad[:n], free,

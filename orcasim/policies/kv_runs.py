@@ -27,6 +27,7 @@ effects, in the same order, as step-by-step simulation
 from __future__ import annotations
 
 from collections import deque
+from heapq import heappop
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from orcasim.errors import SimulationError
@@ -65,6 +66,9 @@ class KVDecodeRuns(DecodeRuns):
         if kv is None:
             return DecodeRuns.decode_run(self, plan)
         batch = self.batch
+        heap = batch._heap
+        while heap and heap[0][2]._batch_seq != heap[0][1]:
+            heappop(heap)  # a preempted member's entry: it would end the run early
         limit = batch.first_finish()
         if limit < self.min_run_steps:
             return None
@@ -111,7 +115,7 @@ class KVDecodeRuns(DecodeRuns):
                 raise SimulationError(f"a run of decode steps: {err}") from None
         # the same refusal (or none) at every boundary of the run
         kv.observe_run(self._run_t0, ends, batch.num_kv_tokens, batch.size, allocated, internal,
-                       self._blocked)
+                       self._blocked, True)
         if self._swapped_in:
             self._swapped_in = []
         return DecodeRuns.complete_run(self, plan, ends)

@@ -93,8 +93,10 @@ class KVDecodePolicy(KVDecodeRuns, DecodeOnlyPolicy):
             self.growth = DecodeGrowth(kv.alloc)
         self._swapped: deque[Request] = deque()
         self._blocked = False  # a request waited for memory this round
-        # the last request refused for memory, with the releases, free units and reserve
-        # it saw: until memory is released it cannot fit (admissions only shrink holes)
+        # the last request refused for memory, and what says it is refused again without
+        # asking the allocator: paged, (it, the blocks it needs, 0, 0): it fits once they
+        # and the reserve are free; a reservation, (it, the releases, free units and reserve
+        # it saw): until memory is released it cannot fit (admissions only shrink holes)
         self._miss: tuple[Request, int, int, int] | None = None
 
     # -- planning -------------------------------------------------------------
@@ -188,28 +190,44 @@ class KVDecodePolicy(KVDecodeRuns, DecodeOnlyPolicy):
             return None
         keep = self.keep_free if self.batch.size else 0
         miss = self._miss
-        if (miss is not None and miss[0] is req and miss[1] == kv.num_releases
-                and kv.free_units <= miss[2] and keep >= miss[3]):
-            self._blocked = True  # nothing was released since it last did not fit
+        if miss is not None and miss[0] is req and self._refused_again(miss, keep):
+            self._blocked = True
             return False
         if not kv.admit(req, keep):
-            if kv.need(req) > kv.capacity_units:  # it never will
+            need = kv.need(req)
+            if need > kv.capacity_units:  # it never will
                 if req.num_output_tokens == 0:
                     self.ctx.reject(req, "exceeds_kv_capacity")
                     return None
                 raise self._no_progress(req)
             self._blocked = True
-            self._miss = None if kv.has_getters else (req, kv.num_releases, kv.free_units, keep)
+            self._miss = (None if kv.has_getters else (req, need, 0, 0) if kv.paged
+                          else (req, kv.num_releases, kv.free_units, keep))
             return False
         self._miss = None
         self.join(req)
         return True
+
+    def _refused_again(self, miss: tuple[Request, int, int, int], keep: int) -> bool:
+        """Whether ``kv.admit(miss[0], keep)`` would refuse the last refused request again."""
+        kv: Any = self.kv
+        if kv.has_getters:
+            return False  # the allocator is asked (it refuses behind a get)
+        if kv.paged:  # its need is fixed while it waits: the free blocks decide
+            return miss[1] + keep > kv.alloc.num_free_blocks
+        # nothing was released since it last did not fit
+        return miss[1] == kv.num_releases and kv.free_units <= miss[2] and keep >= miss[3]
 
     def admit_fcfs(self) -> None:
         """First come, first served while there is room, per ``kv_admission``."""
         waiting = self.ctx.waiting
         room = self.room()
         if self.head_of_line:
+            miss = self._miss
+            if (miss is not None and waiting and waiting[0] is miss[0]
+                    and self._refused_again(miss, self.keep_free if self.batch.size else 0)):
+                self._blocked = True  # the head waits for memory, as try_join would say
+                return
             try_join = self.try_join
             popleft = waiting.popleft
             while room > 0 and waiting:

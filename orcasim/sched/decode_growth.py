@@ -30,10 +30,12 @@ class DecodeGrowth:
     def __init__(self, alloc: PagedAllocator) -> None:
         self.alloc = alloc
         self.bs = bs = alloc.block_size
+        self._num_blocks = alloc.layout.num_blocks
         self.phases: list[dict[int, Request]] = [{} for _ in range(bs)]
         self._events: list[tuple[int, int, Request]] = []  # (last growth step, seq, request)
-        # request id -> (blocks at joining, first growth step, growths in all, batch seq)
-        self._plan: dict[int, tuple[int, int, int, int]] = {}
+        # request id -> (blocks at joining, first growth step, growths in all, batch seq,
+        # the unused tail of its final block)
+        self._plan: dict[int, tuple[int, int, int, int, int]] = {}
         self.last_round = -1
         # members of this round's phase still waiting for their block (exact path only)
         self._pending: set[int] = set()
@@ -56,7 +58,7 @@ class DecodeGrowth:
         first = step + slots + 1 - known  # in (step, step + bs]: no earlier step has its phase
         growths = -(-(final - slots) // bs)
         seq = req._batch_seq
-        self._plan[req.id] = (held, first, growths, seq)
+        self._plan[req.id] = (held, first, growths, seq, slots + growths * bs - final)
         if step > self.last_round:
             self._early.append((first % bs, seq, req))
         else:
@@ -117,31 +119,31 @@ class DecodeGrowth:
         phases = self.phases
         bs = self.bs
         ev = self._events
-        free = alloc.num_free_blocks
-        num_blocks = alloc.layout.num_blocks
-        allocated = [(num_blocks - free) * bs]
-        internal = alloc.internal_slots
+        num_blocks = self._num_blocks
         last = step + k
-        stop = ev[0][0] if ev else last + 1  # the next round where a member stops growing
-        if stop > last:  # nobody stops growing: the internal slots stay as they are
+        used = num_blocks - alloc.num_free_blocks  # blocks
+        if not ev or ev[0][0] > last:  # nobody stops growing: the internal slots stay
+            allocated = [used * bs]
             append = allocated.append
             for s in range(step + 1, last + 1):
-                free -= len(phases[s % bs])
-                append((num_blocks - free) * bs)
-            internals = [internal] * (k + 1)
+                used += len(phases[s % bs])
+                append(used * bs)
+            internals = [alloc.internal_slots] * (k + 1)
         else:
-            internals = [internal]
+            stop = ev[0][0]  # the next round where a member stops growing
+            allocated = [used * bs]
+            internals = [alloc.internal_slots]
             for s in range(step + 1, last + 1):
-                free -= len(phases[s % bs])
+                used += len(phases[s % bs])
                 if s >= stop:
-                    alloc.num_free_blocks = free
+                    alloc.num_free_blocks = num_blocks - used
                     self.end_round(s)
                     stop = ev[0][0] if ev else last + 1
-                allocated.append((num_blocks - free) * bs)
+                allocated.append(used * bs)
                 internals.append(alloc.internal_slots)
-        if free < 0:
+        if used > num_blocks:
             raise ValueError(f"rounds {step + 1} to {last} need more blocks than are free")
-        alloc.num_free_blocks = free
+        alloc.num_free_blocks = num_blocks - used
         if k:
             self.last_round = last
         return allocated, internals
@@ -175,17 +177,19 @@ class DecodeGrowth:
                 self._stop(req)
 
     def _stop(self, req: Request) -> None:
-        held, first, growths, seq = self._plan.pop(req.id)
+        held, first, growths, seq, tail = self._plan.pop(req.id)
         self.phases[first % self.bs].pop(seq, None)
-        n = self.alloc.held[req.id] = held + growths
-        self.alloc._note_final(req, n)
+        alloc = self.alloc
+        alloc.held[req.id] = held + growths
+        alloc._internal[req.id] = tail  # its final block: as PagedAllocator._note_final
+        alloc.internal_slots += tail
 
     def leave(self, req: Request) -> None:
         """``req`` leaves the batch: write its block count back to the allocator."""
         plan = self._plan.pop(req.id, None)
         if plan is None:
             return
-        held, first, growths, seq = plan
+        held, first, growths, seq, _ = plan
         self.phases[first % self.bs].pop(seq, None)
         r = self.last_round
         done = 0 if r < first else min(growths, (r - first) // self.bs + 1)
