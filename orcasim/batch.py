@@ -107,6 +107,13 @@ class DecodeBatch:
         self.size -= len(done)
         return done
 
+    def drop_removed(self) -> None:
+        """Drop the earliest finish entries of members removed early (preempted, aborted), so
+        :meth:`first_finish` is a live member's finish again."""
+        heap = self._heap
+        while heap and heap[0][2]._batch_seq != heap[0][1]:
+            heapq.heappop(heap)
+
     def first_finish(self) -> int:
         """Steps from now until the first member may finish (the next step is 1).
 

@@ -27,7 +27,6 @@ effects, in the same order, as step-by-step simulation
 from __future__ import annotations
 
 from collections import deque
-from heapq import heappop
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from orcasim.errors import SimulationError
@@ -66,9 +65,7 @@ class KVDecodeRuns(DecodeRuns):
         if kv is None:
             return DecodeRuns.decode_run(self, plan)
         batch = self.batch
-        heap = batch._heap
-        while heap and heap[0][2]._batch_seq != heap[0][1]:
-            heappop(heap)  # a preempted member's entry: it would end the run early
+        batch.drop_removed()  # a preempted member's entry would end the run early
         limit = batch.first_finish()
         if limit < self.min_run_steps:
             return None
