@@ -189,7 +189,6 @@ class VllmV1(VllmRuns, LazyDecode, Scheduling, Output, TokenPolicy):
         self._observer: StepObserver | None = None
         self._finished_since_schedule = False
         self._arrivals: list[Request] = []
-        self._num_arrived = -1  # the recorder's arrivals at the last look for new ones
         self._queue: deque[StepOutput] = deque()  # steps in flight, newest first
         self._queue_size = 2 if params.async_scheduling else 1
         self._empty_steps = params.empty_steps

@@ -34,7 +34,6 @@ class Scheduling(PolicyState):
     priority: bool
     watermark_blocks: int
     _arrivals: list[Request]
-    _num_arrived: int
     _held: deque[Request]
     _lagged: bool
     _queue: deque[StepOutput]
@@ -62,9 +61,7 @@ class Scheduling(PolicyState):
 
         The source only appends at the right; the policy reorders the queue only
         during a schedule call, right after taking the new arrivals, so the
-        requests it does not know yet are exactly those at the right end. Each
-        is counted as it arrives (the recorder's ``num_arrived``), so with the
-        count unchanged since the last look there are none.
+        requests it does not know yet are exactly those at the right end.
 
         With ``async_scheduling`` and ``input_lag``, vLLM's engine loop takes new
         requests only at the start of an iteration, and the iteration that
@@ -77,11 +74,6 @@ class Scheduling(PolicyState):
         waiting, seqs = ctx.waiting, self.seqs
         if self._lagged:
             self._hold_late(waiting, seqs)
-        else:  # every arrival is counted as it is queued: none since the last look, none new
-            arrived = ctx.recorder.num_arrived
-            if arrived == self._num_arrived:
-                return
-            self._num_arrived = arrived
         if not waiting or waiting[-1].id in seqs:
             return
         priority = self.priority
