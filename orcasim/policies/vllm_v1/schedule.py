@@ -350,11 +350,23 @@ class Scheduling(PolicyState):
                     scheduled[req.id] = e
                 else:
                     entries.append(e)
-                pending.append(e)
                 budget -= n
                 seq.status = RUNNING
                 req.num_computed_tokens = num_hit
                 self.ctx.admit(req)
+                if limits[5] or limits[3]:  # (limits[3]: async scheduling)
+                    pending.append(e)
+                    continue
+                # FCFS, synchronous: its computed tokens advanced at once, as the pass below
+                # would do it
+                c = num_hit + n
+                req.num_computed_tokens = c
+                num_tokens += n
+                if n == 1 and num_hit >= seq.num_prompt:
+                    num_decode += 1
+                if c >= seq.num_prompt + req.num_output_tokens:
+                    e[4] = True
+                    num_emits += 1
             for req in reversed(skipped):
                 self._enqueue_front(req)
 
