@@ -93,6 +93,8 @@ class Engine:
         #: the same each time)
         self._coef: dict[int, tuple[float, float] | None] = {}
         self._step: dict[int, Callable[[int], float] | None] = {}
+        if hasattr(policy, "plans_by_aggregates"):  # all-decode plans may leave out the list
+            policy.plans_by_aggregates = latency.decode_by_aggregates
         if (self.fast_paths and policy._runs and not policy.event_driven
                 and self._runs_allowed() and not ctx.waiting
                 and (type(ctx.waiting) is deque or getattr(ctx.waiting, "takes_releases", False))):

@@ -167,3 +167,44 @@ def test_golden_workloads_without_a_trace_decode_lazily_as_step_by_step():
         stepped += count > 0
     assert len(workloads) >= 25 and stepped == len(workloads), (stepped, len(workloads))
 
+
+
+def test_steps_of_the_group_alone_are_planned_by_their_sizes_with_roofline():
+    # roofline times an all-decode step from its sizes: the group's steps leave out the list
+    # of requests, with the same results as plans that list them (the eager schedule above
+    # lists every step's requests, and this compares with the group's plans listed too)
+    sc = orcasim.load_scenario("seed_orca").override(
+        {"workload.num_requests": 200, **BASE, "policy": {**V1, "enable_prefix_caching": False}})
+    cfg = sc.variants[0]
+    arrays = generate_workload(cfg)
+    results, listed = [], []
+    for by_sizes in (False, True):
+        m = build_model(cfg, arrays)
+        assert m.engine.policy.plans_by_aggregates  # roofline says all-decode sums suffice
+        m.engine.policy.plans_by_aggregates = by_sizes
+        step_time = m.engine.latency.step_time
+        plans = []
+
+        def timed(plan, step_time=step_time, plans=plans):
+            plans.append(plan.scheduled is not None)
+            return step_time(plan)
+
+        m.engine.latency.step_time = timed
+        m.env.run()
+        results.append(record(m))
+        listed.append(plans)
+    assert_same(*results)
+    assert all(listed[0]) and 0 < listed[1].count(False) < len(listed[1])
+    # the step table lists the group's members of a step planned by its sizes
+    steps = []
+    for by_sizes in (False, True):
+        m = build_model(cfg, arrays, trace_steps=True)
+        m.engine.policy.plans_by_aggregates = by_sizes
+        m.env.run()
+        steps.append(m.recorder.steps)
+    assert steps[0] == steps[1] and len(steps[0]) > 1000
+    # a latency model that reads the listed requests always gets them
+    over = {"workload.num_requests": 20, **BASE, "policy": V1,
+            "engine.latency": {"type": "constant", "step_time": 0.01}}
+    cfg = orcasim.load_scenario("seed_orca").override(over).variants[0]
+    assert not build_model(cfg, generate_workload(cfg)).engine.policy.plans_by_aggregates

@@ -289,12 +289,28 @@ class KVCacheManager:
     def append_blocks(self, reqs: list[Any]) -> bool:
         """:meth:`append_block` for each request of ``reqs`` in turn (one may come more than
         once); False, changing nothing, when fewer blocks are free."""
-        new = self.pool.get_new_blocks(len(reqs))  # from the head in order, as one by one
-        if new is None:
+        pool = self.pool
+        queue = pool.free_queue
+        n = len(reqs)
+        if n > queue.num_free_blocks:
             return False
+        pool.version += 1
+        # pool.get_new_blocks(n) (from the head in order, as one by one), each block going
+        # to its table on the way
         tables = self.tables
-        for req, b in zip(reqs, new, strict=True):
+        head = queue._head
+        b = head.next_free
+        for req in reqs:
             tables[req.id].append(b)
+            nxt = b.next_free  # type: ignore[union-attr]
+            b.prev_free = b.next_free = None  # type: ignore[union-attr]
+            if b.block_hash is not None:  # type: ignore[union-attr]
+                pool._evict(b)  # type: ignore[arg-type]
+            b.ref_cnt = 1  # type: ignore[union-attr]
+            b = nxt
+        head.next_free = b
+        b.prev_free = head  # type: ignore[union-attr]
+        queue.num_free_blocks -= n
         return True
 
     def cache_blocks(self, req: Any, num_tokens: int) -> None:

@@ -225,6 +225,11 @@ class VllmV1(VllmRuns, LazyDecode, Scheduling, Output, TokenPolicy):
 
     # -- the waiting queue (ctx.waiting, kept in the policy's order) ------------------
 
+    def batch_labels(self, plan: StepPlan) -> tuple[str | None, ...]:
+        if plan.scheduled is None:  # a step of the decode group alone: its members
+            return tuple(r.label for r in self._group.members[:plan.num_seqs])
+        return super().batch_labels(plan)
+
     def running_requests(self) -> Iterator[Request]:
         """The running requests, their counters up to date."""
         self._sync_group()

@@ -261,7 +261,7 @@ class LazyDecode(PolicyState):
             pool.observe_run(self._run_t0, ends,  # type: ignore[union-attr]
                              plan.num_kv_tokens + plan.num_tokens, len(g.members), allocs,
                              [pool.alloc.internal_slots] * (last + 1),  # type: ignore[union-attr]
-                             False)
+                             False, True)  # (allocs only grow)
         if g.heap[0][0] <= count:
             finishing = g.pop_finished()
             retire = self._retire

@@ -22,6 +22,10 @@ class Output(PolicyState):
 
     _group_output: Any  # LazyDecode._group_output
     _group: Any  # DecodeGroup
+    #: the plan of a step of the decode group alone carries only its sizes, not the list of
+    #: requests and contexts (set by the engine when its latency model times an all-decode
+    #: step from them: the same time either way)
+    plans_by_aggregates: bool = False
 
     # -- processing a step's output ----------------------------------------------------
     def _update(self, out: StepOutput, plan: StepPlan | None = None) -> None:
@@ -122,6 +126,10 @@ class Output(PolicyState):
         n = out.num_group
         if n:  # the decode group's members come first: (member, 1), base + count before
             g = self._group
+            if not entries and self.plans_by_aggregates:  # the group's step: only its sizes
+                plan = StepPlan(n, sum(g.bases[:n]) + n * out.group_at, 0, n)
+                out.plan = plan
+                return plan
             pairs = g.pairs[:n]
             contexts = list(map(add, g.bases[:n], repeat(out.group_at, n)))
             if entries:

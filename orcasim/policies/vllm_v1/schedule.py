@@ -25,6 +25,8 @@ from orcasim.policies.vllm_v1.state import (
 )
 from orcasim.request import Request
 
+_NO_HIT: tuple[list[Any], int] = ([], 0)  # no prefix-cache hit (never changed: only read)
+
 
 class Scheduling(PolicyState):
     """The schedule of vLLM V1's scheduler (mixed into ``VllmV1``)."""
@@ -314,16 +316,18 @@ class Scheduling(PolicyState):
                     continue
                 # the same request refused with everything it is decided on unchanged (its
                 # tokens, the blocks and cache, the budget) is refused again
-                attempt = (req, req.num_output_tokens, pool.version, budget, threshold,
-                           bool(running))
-                if attempt == self._refused:
+                refused = self._refused
+                if refused is not None and refused[0] is req and refused == (
+                        req, req.num_output_tokens, pool.version, budget, threshold,
+                        bool(running)):
                     break
-                hit, num_hit = kv.get_computed_blocks(req) if caching else ([], 0)
+                hit, num_hit = kv.get_computed_blocks(req) if caching else _NO_HIT
                 n = seq.num_prompt + req.num_output_tokens - num_hit  # req.num_tokens - hit
                 if 0 < threshold < n:
                     n = threshold
                 if not chunked and n > budget:
-                    self._refused = attempt
+                    self._refused = (req, req.num_output_tokens, pool.version, budget,
+                                     threshold, bool(running))
                     break
                 if n > budget:
                     n = budget
@@ -332,7 +336,8 @@ class Scheduling(PolicyState):
                         and req.id not in kv.tables else
                         kv.allocate_slots(req, n, hit, num_hit, full_sequence_must_fit=reserve,
                                           watermark_blocks=watermark) is not None):
-                    self._refused = attempt
+                    self._refused = (req, req.num_output_tokens, pool.version, budget,
+                                     threshold, bool(running))
                     break
                 waiting.popleft()
                 running.append(req)
@@ -345,11 +350,23 @@ class Scheduling(PolicyState):
                     scheduled[req.id] = e
                 else:
                     entries.append(e)
-                pending.append(e)
                 budget -= n
                 seq.status = RUNNING
                 req.num_computed_tokens = num_hit
                 self.ctx.admit(req)
+                if limits[5] or limits[3]:  # (limits[3]: async scheduling)
+                    pending.append(e)
+                    continue
+                # FCFS, synchronous: its computed tokens advanced at once, as the pass below
+                # would do it
+                c = num_hit + n
+                req.num_computed_tokens = c
+                num_tokens += n
+                if n == 1 and num_hit >= seq.num_prompt:
+                    num_decode += 1
+                if c >= seq.num_prompt + req.num_output_tokens:
+                    e[4] = True
+                    num_emits += 1
             for req in reversed(skipped):
                 self._enqueue_front(req)
 
