@@ -5,7 +5,7 @@ draws the seed workload (the notebook's distributions, Poisson at 30 req/s,
 at most 32 sequences) with ``n`` requests and runs ``run_variant`` (model,
 recorder, summary) for one policy. Prints the table and writes the figure.
 
-    python benchmarks/scaling_figure.py [--sizes 10000 30000 100000 300000]
+    python benchmarks/scaling_figure.py [--sizes 10000 100000 1000000 10000000]
         [--out docs/img/scaling.png]
 """
 
@@ -24,6 +24,8 @@ POLICIES = {
     "sarathi": {"policy": {"type": "sarathi", "max_batch": 32}},
     "priority + preemption": {"policy": {"type": "priority", "preempt": True,
                                          "max_batch": 32}},
+    # vLLM's scheduler with its own 1,024 blocks of 16 tokens and prefix caching on
+    "vllm-v1": {"policy": {"type": "vllm-v1", "max_num_seqs": 32}},
 }
 
 CHILD = """
@@ -50,7 +52,7 @@ def measure(n: int, over: dict) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 30_000, 100_000, 300_000])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000, 10_000_000])
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent
                     / "docs" / "img" / "scaling.png")
     args = ap.parse_args()
