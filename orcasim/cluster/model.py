@@ -235,7 +235,6 @@ class ClusterRouterView(RouterView):
     def prefix_hit_tokens(self, req: Request) -> list[int]:
         """Walks the prompt's blocks once for all replicas, stopping at the block no
         replica's cache holds: O(longest hit) block descriptions per request."""
-        from orcasim.kv.hashing import block_content
 
         out = [0] * len(self._replicas)
         groups: dict[int, list[tuple[int, Any, int]]] = {}  # block size -> (replica, mgr, parent)
@@ -247,10 +246,9 @@ class ClusterRouterView(RouterView):
             limit = (max(1, req.prompt_len) - 1) // bs  # a hit never covers the last token
             b = 0
             while alive and b < limit:
-                key = block_content(req, bs, b, shared_output=True)
                 still = []
                 for k, mgr, parent in alive:
-                    h = mgr.hasher.lookup(parent, key)
+                    h = mgr.hasher.request_lookup(parent, req, b, bs)
                     if h is not None and mgr.pool.get_cached_block(h) is not None:
                         still.append((k, mgr, h))
                 alive = still

@@ -35,7 +35,7 @@ from typing import Any
 
 from orcasim.kv.block_pool import Block, BlockPool
 from orcasim.kv.block_table import cdiv
-from orcasim.kv.hashing import BlockHasher, block_content
+from orcasim.kv.hashing import BlockHasher, unique_block_id
 
 
 class ReuseFirstBlockPool(BlockPool):
@@ -146,10 +146,16 @@ class KVCacheManager:
         if len(hashes) >= num_full:
             return
         parent = hashes[-1] if hashes else 0
-        block_id = self.hasher.block_id
-        for i in range(len(hashes), num_full):
-            parent = block_id(parent, block_content(req, bs, i, shared_output=True))
-            hashes.append(parent)
+        i = len(hashes)
+        if parent >= 0:  # shareable so far: interned until the request's own tokens start
+            block_id = self.hasher.request_block_id
+            while i < num_full and parent >= 0:
+                parent = block_id(parent, req, i, bs)
+                hashes.append(parent)
+                i += 1
+        if i < num_full:  # unique from here on: named by (request, index)
+            hashes.extend(range(unique_block_id(req.id, i), unique_block_id(req.id, num_full),
+                                -1))
 
     def forget(self, req: Any) -> None:
         """Drop a finished request's hashes (its blocks must be freed already)."""

@@ -19,9 +19,33 @@ import pickle
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
+#: index span of one request's unique block identities (:func:`unique_block_id`)
+_UNIQUE_SPAN = 1 << 32
+
+
+def unique_block_id(req_id: int, index: int) -> int:
+    """The identity of block ``index`` of request ``req_id`` once its chain holds tokens
+    unique to the request: a negative integer, fixed by the pair and never interned.
+
+    Such a block can only ever match itself (the same request's same block, for
+    instance after a preemption), so naming it by ``(request, index)`` is exact, and a
+    long run keeps no entry per generated block.
+    """
+    return -(req_id * _UNIQUE_SPAN + index) - 1
+
+
+def is_unique(content: tuple[Hashable, ...]) -> bool:
+    """Whether a :func:`block_content` key holds tokens no other request has: a run of the
+    request's own prompt tokens, or of its own generated ones (``shared_output`` off)."""
+    return any(run[0] == "u" or (run[0] == "o" and len(run) == 4) for run in content)
+
 
 class BlockHasher:
-    """Interns ``(parent id, content key)`` pairs as consecutive integers (0 = no parent)."""
+    """Interns ``(parent id, content key)`` pairs as consecutive integers (0 = no parent).
+
+    Chains through tokens unique to one request are named by :func:`unique_block_id`
+    instead (negative), so only content that other requests can share is interned.
+    """
 
     __slots__ = ("_ids",)
 
@@ -44,6 +68,28 @@ class BlockHasher:
         """The identity of ``content`` after ``parent`` if it was ever interned (none added):
         a block never interned cannot be cached."""
         return self._ids.get((parent, content))
+
+    def request_block_id(self, parent: int, req: Any, index: int, block_size: int) -> int:
+        """The identity of block ``index`` of ``req`` after the chain ``parent``: interned
+        while the chain holds only shareable content (:func:`block_content`, generated
+        tokens shared), :func:`unique_block_id` from its first block of the request's
+        own tokens on."""
+        if parent < 0:
+            return unique_block_id(req.id, index)
+        content = block_content(req, block_size, index, shared_output=True)
+        if is_unique(content):
+            return unique_block_id(req.id, index)
+        return self.block_id(parent, content)
+
+    def request_lookup(self, parent: int, req: Any, index: int, block_size: int) -> int | None:
+        """:meth:`request_block_id` without interning: ``None`` for shareable content never
+        interned, which no cache can hold."""
+        if parent < 0:
+            return unique_block_id(req.id, index)
+        content = block_content(req, block_size, index, shared_output=True)
+        if is_unique(content):
+            return unique_block_id(req.id, index)
+        return self.lookup(parent, content)
 
     def chain(self, contents: Iterable[Hashable], parent: int = 0) -> list[int]:
         """Identities of consecutive blocks with the given contents."""
