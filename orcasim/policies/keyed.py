@@ -92,8 +92,11 @@ class KeyedPolicy(BatchPolicy):
         super().release(req)
         ordered = self._ordered
         # (absent if a subclass's admitted() skipped ours: then order() does not use it)
-        if ordered is not None and req in ordered:
-            ordered.remove(req)
+        if ordered is not None:
+            try:
+                ordered.remove(req)
+            except ValueError:  # (not in it)
+                ordered = None
         self._keys.pop(req, None)
 
     def swap_first(self, swapped: Request, head: Request) -> bool:
