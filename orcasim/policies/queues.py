@@ -286,11 +286,13 @@ class GroupedQueue(Released):
         """``queue[0]``: the request ``popleft()`` would return."""
         if i != 0:
             raise IndexError("only queue[0] (the head) is supported")
-        return self.queues[self.next_group()][0]
+        chosen = self._chosen
+        return self.queues[chosen[0] if chosen else self.next_group()][0]
 
     def popleft(self) -> Request:
         """Serve the group ``choose`` picks (default: the first backlogged one)."""
-        return self.pop_group(self.next_group())
+        chosen = self._chosen
+        return self.pop_group(chosen[0] if chosen else self.next_group())
 
     def remove(self, req: Request) -> None:
         q = self.queues.get(self._group(req))
