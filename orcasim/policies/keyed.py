@@ -85,15 +85,24 @@ class KeyedPolicy(BatchPolicy):
             popped = getattr(self.ctx.waiting, "popped", None)
             if popped is not None and popped[2] is req:
                 self._keys[req] = popped[0]
-        if self._ordered is not None:
-            bisect.insort_right(self._ordered, req, key=self.rank)
+        ordered = self._ordered
+        if ordered is not None:  # after its equals (insort_right), in one look if it is last
+            rank = self.rank
+            x = rank(req)
+            if not ordered or not x < rank(ordered[-1]):
+                ordered.append(req)
+            else:
+                ordered.insert(bisect.bisect_right(ordered, x, key=rank), req)
 
     def release(self, req: Request) -> None:
         super().release(req)
         ordered = self._ordered
         # (absent if a subclass's admitted() skipped ours: then order() does not use it)
-        if ordered is not None and req in ordered:
-            ordered.remove(req)
+        if ordered is not None:
+            try:
+                ordered.remove(req)
+            except ValueError:  # (not in it)
+                ordered = None
         self._keys.pop(req, None)
 
     def swap_first(self, swapped: Request, head: Request) -> bool:

@@ -59,9 +59,11 @@ class Released:
         order, as if each had been appended when it came."""
         backlog = self._backlog
         backlog.release(hi)
-        append, popleft = self.append, backlog.popleft
-        while backlog:
-            append(popleft())
+        if backlog:
+            append = self.append
+            for req in backlog:  # (made into requests in order; appending does not touch it)
+                append(req)
+            backlog.clear()
 
 
 class KeyedQueue(Released):
@@ -109,6 +111,26 @@ class KeyedQueue(Released):
 
     appendleft = append  # a preempted request also goes where its key puts it
 
+    def release(self, hi: int) -> None:
+        """:meth:`Released.release`, each arrival keyed and pushed in one pass."""
+        backlog = self._backlog
+        backlog.release(hi)
+        if not backlog:
+            return
+        key, live, heap, push = self._key, self._live, self._heap, heapq.heappush
+        seq = self._seq
+        top = self._top
+        for req in backlog:  # in arrival order, as :meth:`append` one by one
+            live[id(req)] = seq
+            entry = (key(req), seq, req)
+            push(heap, entry)
+            if top is not None and entry < top:
+                top = None
+            seq += 1
+        self._seq = seq
+        self._top = top
+        backlog.clear()
+
     def top(self) -> tuple[Any, int, Request]:
         """The first entry: ``(key, number, request)`` (IndexError if empty)."""
         top = self._top
@@ -129,6 +151,9 @@ class KeyedQueue(Released):
 
     def __getitem__(self, i: int) -> Request:
         """``queue[0]`` is the first request, as for a deque; other indices are not supported."""
+        top = self._top
+        if top is not None and i == 0:
+            return top[2]
         if i != 0:
             raise IndexError("only queue[0] (the head) is supported")
         return self.top()[2]
@@ -139,7 +164,10 @@ class KeyedQueue(Released):
 
     def popleft(self) -> Request:
         """Remove and return the first request (IndexError if empty)."""
-        entry = self.popped = self.top()
+        entry = self._top
+        if entry is None:
+            entry = self.top()
+        self.popped = entry
         req = entry[2]
         heapq.heappop(self._heap)
         del self._live[id(req)]
@@ -258,11 +286,13 @@ class GroupedQueue(Released):
         """``queue[0]``: the request ``popleft()`` would return."""
         if i != 0:
             raise IndexError("only queue[0] (the head) is supported")
-        return self.queues[self.next_group()][0]
+        chosen = self._chosen
+        return self.queues[chosen[0] if chosen else self.next_group()][0]
 
     def popleft(self) -> Request:
         """Serve the group ``choose`` picks (default: the first backlogged one)."""
-        return self.pop_group(self.next_group())
+        chosen = self._chosen
+        return self.pop_group(chosen[0] if chosen else self.next_group())
 
     def remove(self, req: Request) -> None:
         q = self.queues.get(self._group(req))
