@@ -40,6 +40,18 @@ def is_unique(content: tuple[Hashable, ...]) -> bool:
     return any(run[0] == "u" or (run[0] == "o" and len(run) == 4) for run in content)
 
 
+def _own_or_content(parent: int, req: Any, index: int,
+                    block_size: int) -> tuple[int | None, tuple[Hashable, ...]]:
+    """``(unique_block_id, ())`` for a block of ``req`` from its own tokens on (after
+    ``parent``), else ``(None, its shareable content key)``."""
+    if parent < 0:
+        return unique_block_id(req.id, index), ()
+    content = block_content(req, block_size, index, shared_output=True)
+    if is_unique(content):
+        return unique_block_id(req.id, index), ()
+    return None, content
+
+
 class BlockHasher:
     """Interns ``(parent id, content key)`` pairs as consecutive integers (0 = no parent).
 
@@ -74,22 +86,14 @@ class BlockHasher:
         while the chain holds only shareable content (:func:`block_content`, generated
         tokens shared), :func:`unique_block_id` from its first block of the request's
         own tokens on."""
-        if parent < 0:
-            return unique_block_id(req.id, index)
-        content = block_content(req, block_size, index, shared_output=True)
-        if is_unique(content):
-            return unique_block_id(req.id, index)
-        return self.block_id(parent, content)
+        own, content = _own_or_content(parent, req, index, block_size)
+        return own if own is not None else self.block_id(parent, content)
 
     def request_lookup(self, parent: int, req: Any, index: int, block_size: int) -> int | None:
         """:meth:`request_block_id` without interning: ``None`` for shareable content never
         interned, which no cache can hold."""
-        if parent < 0:
-            return unique_block_id(req.id, index)
-        content = block_content(req, block_size, index, shared_output=True)
-        if is_unique(content):
-            return unique_block_id(req.id, index)
-        return self.lookup(parent, content)
+        own, content = _own_or_content(parent, req, index, block_size)
+        return own if own is not None else self.lookup(parent, content)
 
     def chain(self, contents: Iterable[Hashable], parent: int = 0) -> list[int]:
         """Identities of consecutive blocks with the given contents."""
