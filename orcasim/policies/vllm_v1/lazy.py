@@ -139,13 +139,19 @@ class LazyDecode(PolicyState):
                 update_hashes(req)
         if g.heap[0][0] > d:
             return []
-        done = g.pop_finished()
+        return self._retire_finished(d, t_end)
+
+    def _retire_finished(self, count: int, t: float) -> list[Request]:
+        """The members whose last token the group's step ``count`` sampled at ``t``, in
+        running order: out of the group, counters written, retired."""
+        done = self._group.pop_finished()
+        seqs = self.seqs
         retire = self._retire
         for req in done:
-            c = seqs[req.id].base + d
+            c = seqs[req.id].base + count
             req.num_computed_tokens = c
             req.num_output_tokens = c + 1 - (req.prompt_len or 1)
-            req.last_token = t_end
+            req.last_token = t
             retire(req)
         return done
 
@@ -263,15 +269,9 @@ class LazyDecode(PolicyState):
                              [pool.alloc.internal_slots] * (last + 1),  # type: ignore[union-attr]
                              False, True)  # (allocs only grow)
         if g.heap[0][0] <= count:
-            finishing = g.pop_finished()
-            retire = self._retire
+            finishing = self._retire_finished(count, t)
             running = self.running
             for req in finishing:
-                c = seqs[req.id].base + count
-                req.num_computed_tokens = c
-                req.num_output_tokens = c + 1 - (req.prompt_len or 1)
-                req.last_token = t
-                retire(req)
                 running.remove(req)
             self._finished_since_schedule = True
             finish = ctx.finish
