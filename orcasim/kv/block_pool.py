@@ -207,22 +207,13 @@ class BlockPool:
         if n > queue.num_free_blocks:
             return None
         self.version += 1
-        # queue.popleft_n(n), each block evicted and referenced on the way
-        head = queue._head
-        out = []
-        b = head.next_free
-        for _ in range(n):
-            out.append(b)
-            nxt = b.next_free  # type: ignore[union-attr]
-            b.prev_free = b.next_free = None  # type: ignore[union-attr]
-            if b.block_hash is not None:  # type: ignore[union-attr]
-                self._evict(b)  # type: ignore[arg-type]
-            b.ref_cnt = 1  # type: ignore[union-attr]
-            b = nxt
-        head.next_free = b
-        b.prev_free = head  # type: ignore[union-attr]
-        queue.num_free_blocks -= n
-        return out  # type: ignore[return-value]
+        out = queue.popleft_n(n)
+        evict = self._evict
+        for b in out:
+            if b.block_hash is not None:
+                evict(b)
+            b.ref_cnt = 1
+        return out
 
     def _evict(self, b: Block) -> None:
         blocks = self.cached.get(b.block_hash)
