@@ -190,11 +190,7 @@ class LazyDecode(PolicyState):
         rows and the last step's finishes.
         """
         ctx = self.ctx
-        out = self._current
-        assert out is not None and out.plan is plan and self._update_at_end
-        self._update_at_end = False
-        t1, prev_end = ends[0], ctx.last_step_end
-        out.t_end, out.prev_end = t1, prev_end
+        out, t1, prev_end = self._run_output(plan, ends)
         g = self._group
         kv = self.kv
         bs = g.block_size

@@ -115,6 +115,16 @@ class VllmRuns(PolicyState):
         self._run_t0 = self.ctx.env._now
         return size, plan.num_kv_tokens + plan.num_tokens, left, True
 
+    def _run_output(self, plan: StepPlan, ends: list[float]) -> tuple[StepOutput, float, float]:
+        """The output of the run's first step, taken here rather than at its end: ``(output,
+        first step's end, the previous step's end)``."""
+        out = self._current
+        assert out is not None and out.plan is plan and self._update_at_end
+        self._update_at_end = False
+        t1, prev_end = ends[0], self.ctx.last_step_end
+        out.t_end, out.prev_end = t1, prev_end
+        return out, t1, prev_end
+
     def complete_run(self, plan: StepPlan, ends: list[float]) -> None:
         """``plan``, then ``len(ends) - 1`` all-decode steps, as :meth:`complete_step` each.
 
@@ -140,11 +150,7 @@ class VllmRuns(PolicyState):
         # the first step as complete_step does it: its memory row, then its output (every
         # request samples, nobody finishes), folded into the pass over the requests
         ctx = self.ctx
-        out = self._current
-        assert out is not None and out.plan is plan and self._update_at_end
-        self._update_at_end = False
-        t1, prev_end = ends[0], ctx.last_step_end
-        out.t_end, out.prev_end = t1, prev_end
+        _, t1, prev_end = self._run_output(plan, ends)
         pool = self.pool
         if pool is not None:
             pool.observe(self._run_t0, t1, plan.num_kv_tokens + plan.num_tokens, False)
