@@ -29,7 +29,7 @@ policy reports ``num_preemptions`` the same way.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -276,15 +276,11 @@ class SchedulerContext:
 
     def finish(self, req: Request, t: float) -> None:
         """``req`` emitted its last token at ``t``."""
-        if req.state == RUNNING:
-            self.slots.release()
-        req.state = FINISHED
-        req.finish = req.last_token = t
-        self._ended(req)
+        self.finish_all((req,), t)
 
-    def finish_all(self, reqs: list[Request], t: float) -> None:
-        """Running ``reqs`` emitted their last token at ``t``: :meth:`finish` for each, in order
-        (its steps, without a call per request)."""
+    def finish_all(self, reqs: Sequence[Request], t: float) -> None:
+        """``reqs`` emitted their last token at ``t``, in order: each gives its slot back (if
+        running), is finished and recorded, then the end callback sees it."""
         release = self.slots.release
         record = self.recorder.record_request
         on_end = self.on_end
