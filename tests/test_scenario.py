@@ -10,7 +10,7 @@ import pytest
 
 import orcasim
 from orcasim.errors import ScenarioError
-from orcasim.scenario import expand_dotted, merge
+from orcasim.overrides import expand_dotted, merge
 
 BASE = """\
 name: t
