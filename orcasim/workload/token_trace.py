@@ -26,8 +26,8 @@ from orcasim.workload.base import MAX_TOKENS_PER_REQUEST
 from orcasim.workload.traces import (
     Trace,
     TraceError,
-    _json_row,
     block_trace,
+    json_row,
 )
 
 #: keys every row must have
@@ -45,7 +45,7 @@ def load_token_trace(text: str, name: str, block_size: int) -> Trace:
     for lineno, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
-        row = _json_row(raw, name, lineno)
+        row = json_row(raw, name, lineno)
         for key in KEYS:
             if key not in row:
                 raise TraceError(name, f"missing key {key!r}", lineno)

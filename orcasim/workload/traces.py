@@ -19,11 +19,7 @@ modification time and options, so sweeps read a file once.
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -32,8 +28,17 @@ from typing import Any
 
 import numpy as np
 
-from orcasim.errors import OrcasimError
 from orcasim.workload.base import MAX_TOKENS_PER_REQUEST
+from orcasim.workload.trace_columns import (
+    TraceError,
+    check_sorted,
+    csv_columns,
+    float_column,
+    int_column,
+    json_row,
+    range_problem,
+    show_value,
+)
 
 SHIPPED = {
     "azure_conv": "azure_conv.csv",
@@ -52,22 +57,6 @@ CHARS_PER_TOKEN = 4
 ENCODING = "utf-8-sig"
 #: the largest block id a Mooncake ``hash_ids`` list may hold
 MAX_HASH_ID = 2**63 - 1
-
-
-class TraceError(OrcasimError):
-    """A trace file is missing or malformed: ``str()`` is ``file:line: message``."""
-
-    exit_code = 2
-
-    def __init__(self, source: str, message: str, line: int | None = None) -> None:
-        super().__init__(source, message, line)
-        self.source = source
-        self.line = line
-        self.message = message
-
-    def __str__(self) -> str:
-        at = f":{self.line}" if self.line is not None else ""
-        return f"{self.source}{at}: {self.message}"
 
 
 @dataclass(frozen=True)
@@ -197,140 +186,6 @@ def _load_cached(path: Any, name: str, stamp: tuple[int, int], format: str,
     return trace
 
 
-# -- CSV --------------------------------------------------------------------------------------
-
-def csv_columns(text: str, name: str, need: Sequence[str]
-                ) -> tuple[dict[str, list[str]], list[int]]:
-    """Columns named in ``need`` as strings, and the line number of each row."""
-    reader = csv.reader(io.StringIO(text))
-    try:
-        header = [c.strip() for c in next(reader)]
-    except StopIteration:
-        raise TraceError(name, "the trace has no rows") from None
-    missing = [c for c in need if c not in header]
-    if missing:
-        raise TraceError(name, f"missing column {missing[0]!r} (columns: {', '.join(header)})", 1)
-    idx = [header.index(c) for c in need]
-    cols: dict[str, list[str]] = {c: [] for c in need}
-    lines: list[int] = []
-    width = len(header)
-    for row in reader:
-        if not row:
-            continue
-        if len(row) != width:
-            raise TraceError(name, f"expected {width} fields, found {len(row)}", reader.line_num)
-        for c, i in zip(need, idx, strict=True):
-            cols[c].append(row[i])
-        lines.append(reader.line_num)
-    if not lines:
-        raise TraceError(name, "the trace has no rows", 2)
-    return cols, lines
-
-
-def int_column(values: list[Any], column: str, name: str, lines: list[int], *, min_value: int = 0,
-               max_value: int = MAX_TOKENS_PER_REQUEST) -> np.ndarray:
-    """Integer column; the first value that is not a whole number in range is an error.
-
-    The range is ``[min_value, max_value]`` (by default at most
-    :data:`~orcasim.workload.base.MAX_TOKENS_PER_REQUEST` tokens). CSV fields
-    (strings) are parsed by numpy in one pass; JSON values must be numbers
-    with no fractional part, never booleans or strings.
-    """
-    from_csv = isinstance(values[0], str)
-    a = None
-    try:
-        if from_csv:
-            a = np.array(values, dtype=np.int64)
-        elif all(_json_int(v) for v in values):
-            a = np.array([int(v) for v in values], dtype=np.int64)
-    except (ValueError, OverflowError):
-        a = None
-    if a is None:
-        _first_bad_int(values, from_csv, column, name, lines, min_value, max_value)
-        raise TraceError(name, f"{column}: a value is out of range", lines[0])
-    bad = np.flatnonzero((a < min_value) | (a > max_value))
-    if bad.size:
-        k = int(bad[0])
-        raise TraceError(name, _range_problem(column, int(a[k]), min_value, max_value), lines[k])
-    return a
-
-
-def _first_bad_int(values: list[Any], from_csv: bool, column: str, name: str, lines: list[int],
-                   min_value: int, max_value: int) -> None:
-    """Raise :class:`TraceError` at the first value that is not a whole number in range."""
-    for v, line in zip(values, lines, strict=True):
-        n = _as_int(v, from_csv)
-        if n is None:
-            raise TraceError(name, f"{column}: {_show(v)} is not a whole number", line)
-        if not min_value <= n <= max_value:
-            raise TraceError(name, _range_problem(column, n, min_value, max_value, v), line)
-
-
-def _range_problem(column: str, n: int, min_value: int, max_value: int, raw: Any = None) -> str:
-    """Why ``n`` (read as ``raw``) is outside ``[min_value, max_value]``."""
-    shown = _show(n if raw is None or isinstance(raw, str) else raw)
-    if n > max_value:
-        return (f"{column}: {shown} is more than the limit of {max_value:,} tokens per "
-                "request (MAX_TOKENS_PER_REQUEST)")
-    return f"{column}: {shown} is {'negative' if n < 0 else f'below {min_value}'}"
-
-
-def _as_int(v: Any, from_csv: bool) -> int | None:
-    """``v`` as a whole number (a CSV string, or a JSON number), or ``None``."""
-    if from_csv and isinstance(v, str):
-        try:
-            return int(v)
-        except ValueError:
-            return None
-    if _json_int(v):
-        return int(v)
-    return None
-
-
-def _json_int(v: Any) -> bool:
-    if isinstance(v, bool):
-        return False
-    return isinstance(v, int) or (isinstance(v, float) and v.is_integer())
-
-
-def _show(v: Any, width: int = 40) -> str:
-    """``repr(v)``, shortened to ``width`` characters for a one-line message."""
-    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10**width:
-        return f"a {len(str(abs(v)))}-digit number"
-    text = repr(v)
-    return text if len(text) <= width else f"{text[:width - 3]}..."
-
-
-def float_column(values: list[Any], column: str, name: str, lines: list[int]) -> np.ndarray:
-    """Column of finite numbers >= 0; the first that is not is an error naming its line."""
-    try:
-        a = np.array(values, dtype=np.float64)
-    except (ValueError, TypeError, OverflowError):
-        for v, line in zip(values, lines, strict=True):
-            try:
-                float(v)
-            except (ValueError, TypeError):
-                raise TraceError(name, f"{column}: {_show(v)} is not a number", line) from None
-            except OverflowError:
-                raise TraceError(name, f"{column}: {_show(v)} is not a finite number >= 0",
-                                 line) from None
-        raise
-    bad = np.flatnonzero(~np.isfinite(a) | (a < 0))
-    if bad.size:
-        k = int(bad[0])
-        raise TraceError(name, f"{column}: {_show(values[k])} is not a finite number >= 0",
-                         lines[k])
-    return a
-
-
-def _check_sorted(t: np.ndarray, column: str, name: str, lines: list[int]) -> None:
-    bad = np.flatnonzero(np.diff(t) < 0)
-    if bad.size:
-        k = int(bad[0]) + 1
-        raise TraceError(name, f"{column} goes back in time (the previous row is later): "
-                         "the trace must be sorted by time", lines[k])
-
-
 def _azure(text: str, name: str) -> Trace:
     cols, lines = csv_columns(text, name, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
     stamps = cols["TIMESTAMP"]
@@ -347,7 +202,7 @@ def _azure(text: str, name: str) -> Trace:
         k = int(np.flatnonzero(np.isnat(t))[0])
         raise TraceError(name, f"TIMESTAMP: {stamps[k]!r} is not a date and time", lines[k])
     ns = (t - t[0]).astype(np.int64)
-    _check_sorted(ns, "TIMESTAMP", name, lines)
+    check_sorted(ns, "TIMESTAMP", name, lines)
     return Trace(
         source=name,
         arrival=ns / 1e9,
@@ -365,7 +220,7 @@ def _lengths(text: str, name: str) -> Trace:
     arrival = None
     if "arrived_at" in cols:
         arrival = float_column(cols["arrived_at"], "arrived_at", name, lines)
-        _check_sorted(arrival, "arrived_at", name, lines)
+        check_sorted(arrival, "arrived_at", name, lines)
     if "num_total_tokens" in cols:
         total = int_column(cols["num_total_tokens"], "num_total_tokens", name, lines)
         bad = np.flatnonzero(total != prompt + output)
@@ -387,7 +242,7 @@ def _mooncake(text: str, name: str, block_size: int) -> Trace:
     for lineno, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
-        row = _json_row(raw, name, lineno)
+        row = json_row(raw, name, lineno)
         for key in ("timestamp", "input_length", "output_length", "hash_ids"):
             if key not in row:
                 raise TraceError(name, f"missing key {key!r}", lineno)
@@ -398,7 +253,7 @@ def _mooncake(text: str, name: str, block_size: int) -> Trace:
             raise TraceError(name, "hash_ids: a block id is more than 2**63 - 1", lineno)
         n_in = row["input_length"]
         if type(n_in) is int and n_in > MAX_TOKENS_PER_REQUEST:
-            raise TraceError(name, _range_problem("input_length", n_in, 0,
+            raise TraceError(name, range_problem("input_length", n_in, 0,
                                                   MAX_TOKENS_PER_REQUEST), lineno)
         if type(n_in) is int and n_in >= 0 and len(ids) != math.ceil(n_in / block_size):
             raise TraceError(name, f"{len(ids)} hash_ids for input_length {n_in}: expected "
@@ -430,9 +285,9 @@ def block_trace(
     column, values, per_second = stamps
     for v, line in zip(values, lines, strict=True):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise TraceError(name, f"{column}: {_show(v)} is not a number", line)
+            raise TraceError(name, f"{column}: {show_value(v)} is not a number", line)
     t = float_column(values, column, name, lines) / per_second
-    _check_sorted(t, column, name, lines)
+    check_sorted(t, column, name, lines)
     return Trace(
         source=name,
         arrival=t,
@@ -441,18 +296,3 @@ def block_trace(
         hash_ids=tuple(hashes),
         hash_block_size=block_size,
     )
-
-
-def _json_row(raw: str, name: str, lineno: int) -> dict[str, Any]:
-    """One JSON Lines row as an object; malformed or deeply nested JSON is a :class:`TraceError`."""
-    try:
-        row = json.loads(raw)
-    except RecursionError:
-        raise TraceError(name, "nested too deeply", lineno) from None
-    except json.JSONDecodeError as err:
-        raise TraceError(name, f"not a JSON object: {err.msg}", lineno) from None
-    except ValueError:  # an integer of more digits than Python converts
-        raise TraceError(name, "a number has too many digits", lineno) from None
-    if not isinstance(row, dict):
-        raise TraceError(name, "not a JSON object", lineno)
-    return row
