@@ -1,4 +1,5 @@
-"""Cluster plots: per-replica KV memory over time, and the TTFT breakdown of disaggregation.
+"""Cluster plots: routing, queue length and KV memory per replica over time, and the
+TTFT breakdown of disaggregation.
 
 Imported only when plots are written (see :mod:`orcasim.metrics.plots`).
 """
@@ -81,3 +82,35 @@ def ttft_breakdown(results: Results) -> Figure:
     ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3)
     return _finish(fig, f"{run_title(results)}\nTTFT breakdown: arrival to the first decode "
                    "step (requests that reached a decode replica)")
+
+
+def replicas_figure(results: Results) -> Figure:
+    """Per replica: requests routed to it, its queue length and its KV memory use over time
+    (cluster runs)."""
+    plt = _pyplot()
+    names = [n for n in results if "num_replicas" in results[n].summary]
+    fig, axes = plt.subplots(len(names), 3, figsize=(15, 2.6 * len(names) + 0.9),
+                             squeeze=False, gridspec_kw={"width_ratios": [1, 2.2, 2.2]})
+    unit = time_unit(results)
+    for row, name in zip(axes, names, strict=True):
+        v = results[name]
+        shares = {k.split(".")[1]: val for k, val in v.summary.items()
+                  if k.startswith("replica.") and k.endswith(".routed_share")}
+        row[0].bar(list(shares), [100 * x for x in shares.values()], color="tab:blue")
+        row[0].set_ylabel("requests routed (%)")
+        row[0].set_title(name, fontsize="medium")
+        row[0].tick_params(axis="x", labelrotation=90, labelsize="small")
+        s = v.step_series
+        if "replica" in s:
+            s = s.assign(t=(s["t_start"] + s["t_end"]) / 2)
+            for k, rep in enumerate(shares):
+                d = s[s["replica"] == k]
+                row[1].step(d["t"], d["num_waiting"], where="mid", lw=0.8, label=rep)
+        row[1].set_ylabel("requests waiting")
+        row[1].grid(True, alpha=0.3)
+        if len(shares) <= 8:
+            row[1].legend(fontsize="x-small", loc="upper right")
+        replica_kv(row[2], v, list(shares))
+    axes[-1, 1].set_xlabel(f"time ({unit})")
+    axes[-1, 2].set_xlabel(f"time ({unit})")
+    return _finish(fig, f"{run_title(results)}\nrouting, per-replica queue length and KV use")

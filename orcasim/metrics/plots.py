@@ -325,40 +325,6 @@ def cluster_totals(d: Any, bins: int = 400) -> Any:
     return tot.assign(t=mid[tot.index.to_numpy()]).reset_index(drop=True)
 
 
-def replicas_figure(results: Results) -> Figure:
-    """Per replica: requests routed to it, its queue length and its KV memory use over time
-    (cluster runs)."""
-    plt = _pyplot()
-    names = [n for n in results if "num_replicas" in results[n].summary]
-    fig, axes = plt.subplots(len(names), 3, figsize=(15, 2.6 * len(names) + 0.9),
-                             squeeze=False, gridspec_kw={"width_ratios": [1, 2.2, 2.2]})
-    unit = time_unit(results)
-    for row, name in zip(axes, names, strict=True):
-        v = results[name]
-        shares = {k.split(".")[1]: val for k, val in v.summary.items()
-                  if k.startswith("replica.") and k.endswith(".routed_share")}
-        row[0].bar(list(shares), [100 * x for x in shares.values()], color="tab:blue")
-        row[0].set_ylabel("requests routed (%)")
-        row[0].set_title(name, fontsize="medium")
-        row[0].tick_params(axis="x", labelrotation=90, labelsize="small")
-        s = v.step_series
-        if "replica" in s:
-            s = s.assign(t=(s["t_start"] + s["t_end"]) / 2)
-            for k, rep in enumerate(shares):
-                d = s[s["replica"] == k]
-                row[1].step(d["t"], d["num_waiting"], where="mid", lw=0.8, label=rep)
-        row[1].set_ylabel("requests waiting")
-        row[1].grid(True, alpha=0.3)
-        if len(shares) <= 8:
-            row[1].legend(fontsize="x-small", loc="upper right")
-        from orcasim.metrics.cluster_plots import replica_kv
-
-        replica_kv(row[2], v, list(shares))
-    axes[-1, 1].set_xlabel(f"time ({unit})")
-    axes[-1, 2].set_xlabel(f"time ({unit})")
-    return _finish(fig, f"{run_title(results)}\nrouting, per-replica queue length and KV use")
-
-
 def single_kv(v: Any) -> bool:
     """True if ``v`` has one engine's KV series (a cluster's has a ``replica`` column)."""
     return v.kv_series is not None and "replica" not in v.kv_series
@@ -395,6 +361,8 @@ def write_all(results: Results, out: Path) -> list[Path]:
     if any(single_kv(v) for v in results.values()):  # a cluster's is in replicas.png
         makers.append(("kv_usage", kv_timeline))
     if any(v.summary.get("num_replicas", 1) > 1 for v in results.values()):
+        from orcasim.metrics.cluster_plots import replicas_figure
+
         makers.append(("replicas", replicas_figure))
     if any("kv_reserve_wait" in v.columns for v in results.values()):
         from orcasim.metrics.cluster_plots import ttft_breakdown
