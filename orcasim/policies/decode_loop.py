@@ -1,0 +1,351 @@
+"""Runs of first-come-first-served decode batches, one after another, in one loop.
+
+A :class:`~orcasim.policies.continuous.Continuous` batch without KV memory
+limits, fed by a lazy open-loop source, does the same few things at every
+step boundary: the arrivals due by now join the backlog, the batch is topped
+up from its head, the batch runs unchanged until a member finishes (or an
+arrival could join), the finishers leave and are recorded, and the run's
+steps are recorded. :class:`FcfsDecodeLoop` does all of that for run after
+run in one frame, with the policy's, context's, batch's, source's and
+recorder's state read and written directly, as long as nothing else is due
+in SimPy's queue before a run's end (the engine's clock skip). A run that
+something else may interrupt goes back to the engine, which waits for its
+end as usual. Every effect is the one of
+:meth:`~orcasim.policies.base.DecodeOnlyPolicy.ready_plan`,
+:meth:`~orcasim.policies.runs.DecodeRuns.complete_run` and the recorder's
+methods, bit for bit (``tests/test_decode_loop.py`` compares them, and
+``Engine.fast_paths = False`` step by step).
+"""
+
+from __future__ import annotations
+
+from heapq import heappop, heappush
+from typing import TYPE_CHECKING, Any
+
+from orcasim.batch import DecodeBatch
+from orcasim.latency.linear import LinearLatency
+from orcasim.metrics.request_rows import DONE_BLOCK, RequestRows
+from orcasim.request import Request, RequestState
+from orcasim.source import Backlog, OpenLoopSource
+
+if TYPE_CHECKING:
+    from orcasim.engine import Engine
+
+RUNNING = RequestState.RUNNING
+FINISHED = RequestState.FINISHED
+
+class FcfsDecodeLoop:
+    """Whole runs of an unlimited first-come-first-served decode batch (see the module)."""
+
+    #: off: the engine takes every run through the policy's and recorder's methods
+    enabled = True
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.env = engine.env
+        self.ctx = ctx = engine.ctx
+        self.policy = policy = engine.policy
+        self.batch = policy.batch  # type: ignore[attr-defined]
+        self.max_batch: int = policy.params.max_batch  # type: ignore[attr-defined]
+        self.source: OpenLoopSource = ctx.source  # type: ignore[assignment]
+        self.rec = ctx.recorder
+        lat: Any = engine.latency
+        self.base, self.per_seq, self.per_token = lat.base, lat.per_seq, lat.per_token
+        self._coef: dict[int, tuple[float, float]] = {}
+        src = self.source
+        #: requests join as workload rows, not objects (see advance)
+        self.light = not src._attrs and self.rec.set_row_source(src, src._arrival, src._prompt,
+                                                                src._output)
+
+    @classmethod
+    def applies(cls, engine: Engine) -> bool:
+        """Whether ``engine`` may take its runs through this loop: a policy that fills its
+        batch first come first served at every boundary without memory limits, prefill
+        charging or processes, the plain linear model, and a lazy open-loop source."""
+        from orcasim.policies.base import DecodeOnlyPolicy
+        from orcasim.policies.continuous import Continuous
+        from orcasim.policies.runs import DecodeRuns
+
+        policy: Any = engine.policy
+        lat = engine.latency
+        ctx = engine.ctx
+        kind = type(policy)
+        own = all(getattr(getattr(policy, name, None), "__func__", None) is func for name, func in (
+            ("ready_plan", DecodeOnlyPolicy.ready_plan), ("finished", DecodeOnlyPolicy.finished),
+            ("decode_run", DecodeRuns.decode_run), ("complete_run", DecodeRuns.complete_run),
+            ("join", DecodeOnlyPolicy.join)))
+        return (cls.enabled and own and kind.admit is Continuous.admit
+                and kind.has_room is Continuous.has_room and type(policy.batch) is DecodeBatch
+                and kind._complete is DecodeOnlyPolicy._complete and policy._runs
+                and not policy._listens and not policy.prefill
+                and getattr(policy, "kv", None) is None
+                and type(lat) is LinearLatency and lat.base + lat.per_seq > 0.0
+                and type(ctx.source) is OpenLoopSource and ctx.source.lazy
+                and type(ctx.waiting) is Backlog)
+
+    def ready(self) -> bool:
+        """Whether nothing outside the loop acts at a boundary now: no admission gate,
+        clients, step-end, arrival or admission listener, end or admit callback, slot waiter
+        or reservation, deferred joiner, and the recorder's methods are its own."""
+        ctx = self.ctx
+        slots = ctx.slots
+        rec = self.rec
+        policy: Any = self.policy
+        return (ctx.gate is None and ctx.clients is None and ctx._step_end is None
+                and ctx._arrival is None and ctx._admitted is None and ctx.on_end is None
+                and ctx.on_admit is None and not slots._getters and slots._freed is None
+                and not slots.reserved and not policy._deferred
+                and type(ctx.source) is OpenLoopSource and ctx.source.lazy
+                and ctx.waiting is self.source._backlog
+                and "record_request" not in rec.__dict__
+                and type(rec).record_request is RequestRows.record_request
+                and "record_run" not in rec.__dict__)
+
+    def advance(self, busy: float) -> tuple[float, float]:
+        """Run whole runs from the boundary at the clock's time while nothing else is due.
+
+        Stops at a boundary (its arrivals and admissions done) where the batch
+        is empty, or where SimPy's queue holds something due before the end of
+        the run the batch would make: the engine then plans that boundary as
+        usual (finding the same plan) and waits for the run's end. Returns the
+        start of the last run made (-1.0: none) and the engine's busy time.
+
+        A request that joins here is a list ``[index, first scheduled, first
+        token, slot]`` in the batch, not a :class:`~orcasim.request.Request`
+        (the workload's columns hold the rest), and leaves the recorder a row
+        ``(index, first scheduled, first token, finish)``; the members still
+        running when the loop stops become requests (:meth:`_to_requests`).
+        Requests already in the batch or put back into the queue, and every
+        request of a workload with per-request attributes, stay requests.
+        """
+        env = self.env
+        queue = env._queue
+        ctx = self.ctx
+        policy: Any = self.policy
+        batch = self.batch
+        heap = batch._heap
+        members = batch._members
+        free_slots = batch._free_slots
+        src = self.source
+        backlog: Backlog = ctx.waiting
+        head = backlog._head
+        arrival, prompt, output = src._arrival, src._prompt, src._output
+        n = src._n
+        light = self.light
+        make = src._request
+        rec = self.rec
+        done = rec._done
+        done_row = done.append
+        slots = ctx.slots
+        cap = slots.capacity
+        max_batch = self.max_batch
+        coefs = self._coef
+        t1_col, waiting_col = rec._t1, rec._waiting
+        r_start, r_len, r_seqs, r_tok, r_tok_rest, r_cnt, r_cnt_rest = rec._r_appends
+        buf_cap = rec._buf_cap
+        engine = self.engine
+        inf = float("inf")
+        t0 = -1.0
+        while True:
+            now = env._now
+            # the arrivals due by now join the backlog (ctx.poll_arrivals)
+            i = src._next
+            if i < n and arrival[i] <= now:
+                j = i + 1
+                while j < n and arrival[j] <= now:
+                    j += 1
+                src._next = backlog._hi = j
+                rec.num_arrived += j - i
+            # the batch is topped up from the backlog's head (Continuous.admit, ctx.admit,
+            # DecodeBatch.add)
+            size = batch.size
+            room = max_batch - size
+            joined = policy._joined
+            if room > 0 and (head or backlog._hi > backlog._lo):
+                busy_until = ctx.busy_until
+                start = now if busy_until <= now else busy_until
+                started = kv_added = 0
+                steps_done = batch.num_steps
+                while room:
+                    seq = batch._next_seq
+                    slot = free_slots[0] if free_slots else batch._next_slot
+                    if light and not head:
+                        k = backlog._lo
+                        if k >= backlog._hi:
+                            break
+                        backlog._lo = k + 1
+                        if slots.count >= cap:
+                            slots.admit(make(k, arrival[k]))  # (raises: every slot is taken)
+                        slots.count += 1
+                        remaining = output[k]
+                        if remaining <= 0:
+                            batch.add(make(k, arrival[k]))  # (raises: nothing to generate)
+                        m: Any = [k, start, None, slot]
+                        kv_added += prompt[k]
+                        started += 1
+                    else:
+                        if head:
+                            m = head.popleft()
+                        else:
+                            k = backlog._lo
+                            if k >= backlog._hi:
+                                break
+                            backlog._lo = k + 1
+                            m = make(k, arrival[k])
+                        if m.state != RUNNING:
+                            if slots.count >= cap:
+                                slots.admit(m)  # (raises)
+                            slots.count += 1
+                            m.state = RUNNING
+                        if m.first_scheduled is None:
+                            m.first_scheduled = start
+                            started += 1
+                        remaining = m.output_len - m.num_output_tokens
+                        if remaining <= 0:
+                            batch.add(m)  # (raises)
+                        m._batch_seq = seq
+                        m._done_at = steps_done + remaining
+                        m.slot = slot
+                        kv_added += m.prompt_len + m.num_output_tokens
+                    batch._next_seq = seq + 1
+                    if free_slots:
+                        heappop(free_slots)
+                    else:
+                        batch._next_slot = slot + 1
+                    heappush(heap, (steps_done + remaining, seq, m))
+                    members[seq] = m
+                    joined.append(m)
+                    room -= 1
+                ctx.num_started += started
+                size = max_batch - room
+                batch.size = size
+                batch.num_kv_tokens += kv_added
+            if not size:
+                return t0, busy
+            # the run: its step ends (Engine._run_ends) and queue lengths (queued_by)
+            kv = batch.num_kv_tokens
+            coef = coefs.get(size)
+            if coef is None:
+                coef = coefs[size] = (self.base + self.per_seq * size, self.per_token)
+            a, c = coef
+            dt = a + c * kv  # (as LinearLatency.step_time adds)
+            t = now + dt
+            run_busy = busy + dt
+            ends = [t]
+            max_steps = heap[0][0] - batch.num_steps
+            if max_steps > 1:
+                limit = (arrival[src._next] if src._next < n else inf) if room else inf
+                if t < limit:
+                    append = ends.append
+                    kv_step = kv + size
+                    for _ in range(max_steps - 1):
+                        d = a + c * kv_step
+                        t += d
+                        run_busy += d
+                        append(t)
+                        if t >= limit:
+                            break
+                        kv_step += size
+            if queue and queue[0][0] <= t:  # something else is due first: the engine waits
+                self._to_requests()
+                return t0, busy
+            steps = len(ends)
+            num_waiting = len(head) + backlog._hi - backlog._lo
+            j = src._next
+            if steps > 1 and j < n and arrival[j] <= ends[-2]:
+                w = num_waiting
+                waits = [w]
+                for e in ends[:-1]:
+                    while j < n and arrival[j] <= e:
+                        j += 1
+                        w += 1
+                    waits.append(w)
+            else:
+                waits = [num_waiting] * steps
+            ctx.busy_until = env._now = t
+            t0 = now
+            busy = run_busy
+            # the run's effects (DecodeOnlyPolicy._complete): first tokens, then the members
+            # that finish in its last step leave (DecodeBatch.advance) and end
+            # (SchedulerContext.finish_all), in the order they joined
+            itl = size
+            if joined:
+                t_first = ends[0]
+                for m in joined:
+                    if type(m) is list:
+                        m[2] = t_first
+                    elif m.first_token is None:
+                        m.first_token = t_first
+                    else:  # resumed after a preemption: its own gap
+                        rec.record_itl(t_first - m.last_token)
+                itl = size - len(joined)
+                policy._joined = []
+            step = batch.num_steps + steps
+            batch.num_steps = step
+            kv_left = kv + size * steps
+            left = size
+            while heap and heap[0][0] == step:
+                _, seq, m = heappop(heap)
+                if type(m) is list:
+                    del members[seq]
+                    k = m[0]
+                    kv_left -= prompt[k] + output[k]
+                    heappush(free_slots, m[3])
+                    done_row((k, m[1], m[2], t))
+                elif m._batch_seq == seq:  # (else removed earlier)
+                    m.num_output_tokens = out = m.output_len
+                    del members[seq]
+                    m._batch_seq = -1
+                    kv_left -= m.prompt_len + out
+                    heappush(free_slots, m.slot)
+                    m.slot = -1
+                    m.state = FINISHED
+                    m.finish = m.last_token = t
+                    done_row(m)
+                else:
+                    continue
+                left -= 1
+            if left != size:
+                slots.count -= size - left
+                batch.size = left
+                if len(done) >= DONE_BLOCK:
+                    rec._write_done()
+            batch.num_kv_tokens = kv_left
+            ctx.last_step_end = t
+            # the run's steps (Recorder.record_run)
+            t1_col.fromlist(ends)
+            waiting_col.fromlist(waits)
+            r_start(now)
+            r_len(steps)
+            r_seqs(size)
+            r_tok(size)
+            r_tok_rest(size)
+            r_cnt(itl)
+            r_cnt_rest(size)
+            if len(t1_col) >= buf_cap:
+                rec._flush()
+            engine.busy_time = busy
+
+    def _to_requests(self) -> None:
+        """The batch's members that joined here become :class:`~orcasim.request.Request`
+        objects, as the policy's own steps would have them."""
+        batch = self.batch
+        members = batch._members
+        src = self.source
+        made: dict[int, Request] = {}  # by the id of the list it replaces
+        heap = batch._heap
+        for at, (done_at, seq, m) in enumerate(heap):
+            if type(m) is list and members.get(seq) is m:
+                k, first_scheduled, first_token, slot = m
+                req = src._request(k, src._arrival[k])
+                req.state = RUNNING
+                req.first_scheduled = first_scheduled
+                req.first_token = first_token
+                req._batch_seq = seq
+                req._done_at = done_at
+                req.slot = slot
+                made[id(m)] = members[seq] = req
+                heap[at] = (done_at, seq, req)
+        if made:
+            policy: Any = self.policy
+            policy._joined = [made.get(id(m), m) for m in policy._joined]
