@@ -94,6 +94,11 @@ SCENARIOS = {
     "seed": {},  # overloaded: the batch is full, runs end at finishes
     "light": {"workload.arrival.rate": 1.5, "policy.max_batch": 4},  # idle gaps, arrivals
     "one_slot": {"policy.max_batch": 1},
+    # a decode step as a function of the KV tokens, and a step time from the plan
+    "roofline": {"engine.latency": {"type": "roofline", "model": "llama-2-7b",
+                                    "gpu": "a100-80gb"}, "workload.arrival.rate": 10.0},
+    "constant": {"engine.latency": {"type": "constant", "step_time": 0.05},
+                 "workload.arrival.rate": 8.0},
     # per-request attributes: requests join as objects
     "classes": {"workload.classes": [{"name": "gold", "weight": 1, "priority": 1,
                                       "tenant": "t1"}, {"name": "std", "weight": 3}]},

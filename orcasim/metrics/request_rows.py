@@ -114,8 +114,8 @@ class RequestRows:
         The rows are held and written a block at a time, column by column,
         before anything reads the rows or records another way, so their
         order is kept. :attr:`_done` may also hold a row of the workload
-        (see :meth:`set_row_source`) as ``(index, first scheduled, first
-        token, finish)``.
+        (see :meth:`set_row_source`) as ``[index, first scheduled, first
+        token, finish]``.
         """
         done = self._done
         done += reqs
@@ -149,15 +149,15 @@ class RequestRows:
                 stop += 1
             chunk = held[at:stop]
             at = stop
-            if kind is tuple:
+            if kind is list:
                 self._write_indexed(chunk)
             else:
                 self._write_requests(chunk, row)
             if row + len(chunk) >= self._spill_at:
                 self._spill_block()
 
-    def _write_indexed(self, rows: list[tuple[int, float, float, float]]) -> None:
-        """Rows ``(workload index, first scheduled, first token, finish)`` of finished requests
+    def _write_indexed(self, rows: list[list]) -> None:
+        """Rows ``[workload index, first scheduled, first token, finish]`` of finished requests
         without per-request attributes, the rest read from the row source."""
         f, i = self._f, self._i
         a = np.array(rows, dtype=np.float64)

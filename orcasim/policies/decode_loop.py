@@ -19,11 +19,11 @@ methods, bit for bit (``tests/test_decode_loop.py`` compares them, and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any
 
 from orcasim.batch import DecodeBatch
-from orcasim.latency.linear import LinearLatency
 from orcasim.metrics.request_rows import DONE_BLOCK, RequestRows
 from orcasim.request import Request, RequestState
 from orcasim.source import Backlog, OpenLoopSource
@@ -49,9 +49,8 @@ class FcfsDecodeLoop:
         self.max_batch: int = policy.params.max_batch  # type: ignore[attr-defined]
         self.source: OpenLoopSource = ctx.source  # type: ignore[assignment]
         self.rec = ctx.recorder
-        lat: Any = engine.latency
-        self.base, self.per_seq, self.per_token = lat.base, lat.per_seq, lat.per_token
-        self._coef: dict[int, tuple[float, float]] = {}
+        #: by batch size: how a decode step is timed (see _step_of)
+        self._coef: dict[int, tuple[float, float] | Callable[[int], float]] = {}
         src = self.source
         #: requests join as workload rows, not objects (see advance)
         self.light = not src._attrs and self.rec.set_row_source(src, src._arrival, src._prompt,
@@ -61,13 +60,12 @@ class FcfsDecodeLoop:
     def applies(cls, engine: Engine) -> bool:
         """Whether ``engine`` may take its runs through this loop: a policy that fills its
         batch first come first served at every boundary without memory limits, prefill
-        charging or processes, the plain linear model, and a lazy open-loop source."""
+        charging or processes, fed by a lazy open-loop source."""
         from orcasim.policies.base import DecodeOnlyPolicy
         from orcasim.policies.continuous import Continuous
         from orcasim.policies.runs import DecodeRuns
 
         policy: Any = engine.policy
-        lat = engine.latency
         ctx = engine.ctx
         kind = type(policy)
         own = all(getattr(getattr(policy, name, None), "__func__", None) is func for name, func in (
@@ -79,7 +77,6 @@ class FcfsDecodeLoop:
                 and kind._complete is DecodeOnlyPolicy._complete and policy._runs
                 and not policy._listens and not policy.prefill
                 and getattr(policy, "kv", None) is None
-                and type(lat) is LinearLatency and lat.base + lat.per_seq > 0.0
                 and type(ctx.source) is OpenLoopSource and ctx.source.lazy
                 and type(ctx.waiting) is Backlog)
 
@@ -113,7 +110,7 @@ class FcfsDecodeLoop:
         A request that joins here is a list ``[index, first scheduled, first
         token, slot]`` in the batch, not a :class:`~orcasim.request.Request`
         (the workload's columns hold the rest), and leaves the recorder a row
-        ``(index, first scheduled, first token, finish)``; the members still
+        ``[index, first scheduled, first token, finish]``; the members still
         running when the loop stops become requests (:meth:`_to_requests`).
         Requests already in the batch or put back into the queue, and every
         request of a workload with per-request attributes, stay requests.
@@ -140,6 +137,7 @@ class FcfsDecodeLoop:
         cap = slots.capacity
         max_batch = self.max_batch
         coefs = self._coef
+        run_ends = self._run_ends
         t1_col, waiting_col = rec._t1, rec._waiting
         r_start, r_len, r_seqs, r_tok, r_tok_rest, r_cnt, r_cnt_rest = rec._r_appends
         buf_cap = rec._buf_cap
@@ -226,26 +224,41 @@ class FcfsDecodeLoop:
             kv = batch.num_kv_tokens
             coef = coefs.get(size)
             if coef is None:
-                coef = coefs[size] = (self.base + self.per_seq * size, self.per_token)
-            a, c = coef
-            dt = a + c * kv  # (as LinearLatency.step_time adds)
-            t = now + dt
-            run_busy = busy + dt
-            ends = [t]
+                coef = coefs[size] = self._step_of(size)
             max_steps = heap[0][0] - batch.num_steps
-            if max_steps > 1:
-                limit = (arrival[src._next] if src._next < n else inf) if room else inf
-                if t < limit:
+            limit = inf
+            if room and max_steps > 1:  # the run ends at the first step ending at or after
+                limit = arrival[src._next] if src._next < n else inf  # the next arrival
+            if type(coef) is tuple:  # a + c * kv, a > 0 (a linear model)
+                a, c = coef
+                dt = a + c * kv
+                t = now + dt
+                run_busy = busy + dt
+                ends = [t]
+                if max_steps > 1:  # each later step reads size more KV tokens
                     append = ends.append
-                    kv_step = kv + size
-                    for _ in range(max_steps - 1):
-                        d = a + c * kv_step
-                        t += d
-                        run_busy += d
-                        append(t)
-                        if t >= limit:
-                            break
-                        kv_step += size
+                    if limit == inf:  # every step up to the first finish
+                        for x in range(kv + size, kv + size * max_steps, size):
+                            d = a + c * x
+                            t += d
+                            run_busy += d
+                            append(t)
+                    elif t < limit:
+                        for x in range(kv + size, kv + size * max_steps, size):
+                            d = a + c * x
+                            t += d
+                            run_busy += d
+                            append(t)
+                            if t >= limit:
+                                break
+                if not dt > 0.0:
+                    return t0, busy  # (the engine reports the step time)
+            else:  # the model's decode step as a function of the KV tokens
+                timed = run_ends(coef, now, kv, size, max_steps, limit, busy)
+                if timed is None:
+                    return t0, busy  # (the engine reports the step time)
+                ends, run_busy = timed
+                t = ends[-1]
             if queue and queue[0][0] <= t:  # something else is due first: the engine waits
                 self._to_requests()
                 return t0, busy
@@ -291,7 +304,8 @@ class FcfsDecodeLoop:
                     k = m[0]
                     kv_left -= prompt[k] + output[k]
                     heappush(free_slots, m[3])
-                    done_row((k, m[1], m[2], t))
+                    m[3] = t  # (the row: index, first scheduled, first token, finish)
+                    done_row(m)
                 elif m._batch_seq == seq:  # (else removed earlier)
                     m.num_output_tokens = out = m.output_len
                     del members[seq]
@@ -325,6 +339,40 @@ class FcfsDecodeLoop:
             if len(t1_col) >= buf_cap:
                 rec._flush()
             engine.busy_time = busy
+
+    def _step_of(self, size: int) -> tuple[float, float] | Callable[[int], float]:
+        """How a decode step of ``size`` sequences is timed from its KV tokens, as the engine
+        times a run's steps: ``(a, c)`` for ``a + c * kv``, or a function of ``kv``."""
+        lat = self.engine.latency
+        coef = lat.decode_coefficients(size)
+        if coef is not None and coef[0] > 0.0:
+            return coef
+        step = lat.decode_step(size)
+        return self.engine._plan_step(size) if step is None else step
+
+    @staticmethod
+    def _run_ends(step: Callable[[int], float], now: float, kv: int, size: int,
+                  max_steps: int, limit: float, busy: float
+                  ) -> tuple[list[float], float] | None:
+        """A run's step ends from ``now`` and the busy time after it, its first step reading
+        ``kv`` KV tokens (``Engine._run_ends``); ``None`` if a step takes no time."""
+        dt = step(kv)
+        if not dt > 0.0:
+            return None
+        t = now + dt
+        busy += dt
+        ends = [t]
+        if max_steps > 1 and t < limit:
+            for x in range(kv + size, kv + size * max_steps, size):
+                d = step(x)
+                if not d > 0.0:
+                    return None
+                t += d
+                busy += d
+                ends.append(t)
+                if t >= limit:
+                    break
+        return ends, busy
 
     def _to_requests(self) -> None:
         """The batch's members that joined here become :class:`~orcasim.request.Request`
