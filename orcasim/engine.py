@@ -38,6 +38,12 @@ scheduled earlier (an arrival the source waits for, a timer, another
 engine's step, a hard stop) makes it wait as usual, so every process sees
 the same clock and state as step by step.
 
+For ``continuous`` without memory limits on such a source, the engine
+hands each boundary to :class:`~orcasim.policies.decode_loop.FcfsDecodeLoop`,
+which takes run after run in one frame (admissions, the run's step ends, its
+finishers and its rows) while nothing else is due, and gives a boundary back
+to the engine's own path when something is.
+
 A hard stop (:meth:`Engine.stop`) interrupts the process, in a step or while
 the policy waits: the step in flight is lost, every running and waiting
 request is aborted, and the engine runs no more steps.

@@ -150,3 +150,45 @@ def test_loop_rows_reach_the_spill_at_the_same_rows(monkeypatch):
                                                                   "state", "arrival")})
     assert cols[0] == cols[1]
     assert len(cols[0]["id"]) == 300
+
+
+def test_rows_held_and_written_in_blocks_equal_rows_recorded_one_by_one(monkeypatch):
+    """Requests and workload rows held by ``record_finished`` (mixed, across spill blocks)
+    give the rows ``record_request`` writes, in the same order; ``num_recorded`` counts the
+    held rows without writing them."""
+    from orcasim.metrics import request_rows
+    from orcasim.metrics.recorder import Recorder
+    from orcasim.request import Request, RequestState
+
+    monkeypatch.setattr(request_rows, "DONE_BLOCK", 5)
+    arrival = np.linspace(0.0, 3.0, 40)
+    prompt = np.arange(40, dtype=np.int64) + 7
+    output = np.arange(40, dtype=np.int64) % 9 + 1
+
+    def finished(k: int, t: float) -> Request:
+        req = Request(k, float(arrival[k]), int(prompt[k]), int(output[k]),
+                      name=f"r{k}" if k % 4 == 1 else None)
+        req.state = RequestState.FINISHED
+        req.first_scheduled, req.first_token = t - 0.5, t - 0.25
+        req.num_output_tokens = req.output_len
+        req.finish = req.last_token = t
+        return req
+
+    one, held = Recorder(spill_rows=11, expected_rows=40), Recorder(spill_rows=11,
+                                                                    expected_rows=40)
+    assert held.set_row_source("src", arrival, prompt, output)
+    assert not held.set_row_source("other", arrival, prompt, output)
+    for k in range(40):
+        t = 4.0 + k
+        req = finished(k, t)
+        one.record_request(req)
+        if k % 4 == 1:  # a request with attributes, as an object
+            held.record_finished([req])
+        else:  # a workload row: index, first scheduled, first token, finish
+            held.record_finished([[k, t - 0.5, t - 0.25, t]])
+        assert held.num_recorded == one.num_recorded == k + 1
+    a, b = one.request_columns(take=True), held.request_columns(take=True)
+    for name in ("id", "arrival", "first_scheduled", "first_token", "finish", "prompt_len",
+                 "output_len", "num_output_tokens", "num_preemptions", "priority", "state",
+                 "name", "reason"):
+        assert np.asarray(a[name]).tolist() == np.asarray(b[name]).tolist(), name

@@ -227,9 +227,10 @@ class RequestRows:
 
     @property
     def num_recorded(self) -> int:
-        self._write_done()
+        """Rows recorded so far (read without writing the rows held: a progress display reads
+        it from another thread)."""
         spilled = self._spill.num_rows if self._spill is not None else 0
-        return len(self._i["id"]) + self._taken + spilled
+        return len(self._i["id"]) + len(self._done) + self._taken + spilled
 
     def state_counts(self) -> dict[RequestState, int]:
         """Recorded requests by final state."""

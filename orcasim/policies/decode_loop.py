@@ -46,7 +46,6 @@ class FcfsDecodeLoop:
         self.ctx = ctx = engine.ctx
         self.policy = policy = engine.policy
         self.batch = policy.batch  # type: ignore[attr-defined]
-        self.max_batch: int = policy.params.max_batch  # type: ignore[attr-defined]
         self.source: OpenLoopSource = ctx.source  # type: ignore[assignment]
         self.rec = ctx.recorder
         #: by batch size: how a decode step is timed (see _step_of)
@@ -135,7 +134,7 @@ class FcfsDecodeLoop:
         done_row = done.append
         slots = ctx.slots
         cap = slots.capacity
-        max_batch = self.max_batch
+        max_batch = policy.params.max_batch
         coefs = self._coef
         run_ends = self._run_ends
         t1_col, waiting_col = rec._t1, rec._waiting
@@ -252,10 +251,12 @@ class FcfsDecodeLoop:
                             if t >= limit:
                                 break
                 if not dt > 0.0:
+                    self._to_requests()
                     return t0, busy  # (the engine reports the step time)
             else:  # the model's decode step as a function of the KV tokens
                 timed = run_ends(coef, now, kv, size, max_steps, limit, busy)
                 if timed is None:
+                    self._to_requests()
                     return t0, busy  # (the engine reports the step time)
                 ends, run_busy = timed
                 t = ends[-1]
