@@ -160,15 +160,15 @@ class RequestRows:
         """Rows ``[workload index, first scheduled, first token, finish]`` of finished requests
         without per-request attributes, the rest read from the row source."""
         f, i = self._f, self._i
-        a = np.array(rows, dtype=np.float64)
-        ids = a[:, 0].astype(np.int64)
+        ids_list = [r[0] for r in rows]
+        ids = np.array(ids_list, dtype=np.int64)
         _, arrival, prompt, output = self._row_source  # type: ignore[misc]
         out = output[ids].astype(np.int64)
         zeros = np.zeros(len(rows), np.int64)
-        for col, values in (("arrival", arrival[ids].astype(np.float64)),
-                            ("first_scheduled", a[:, 1]), ("first_token", a[:, 2]),
-                            ("finish", a[:, 3])):
-            f[col].frombytes(np.ascontiguousarray(values).tobytes())
+        f["arrival"].frombytes(arrival[ids].astype(np.float64).tobytes())
+        f["first_scheduled"].fromlist([r[1] for r in rows])
+        f["first_token"].fromlist([r[2] for r in rows])
+        f["finish"].fromlist([r[3] for r in rows])
         for col, values in (("id", ids), ("prompt_len", prompt[ids].astype(np.int64)),
                             ("output_len", out), ("num_output_tokens", out),
                             ("num_preemptions", zeros), ("priority", zeros),

@@ -114,6 +114,17 @@ class FcfsDecodeLoop:
         Requests already in the batch or put back into the queue, and every
         request of a workload with per-request attributes, stay requests.
         """
+        runs: list[tuple[float, int, int, int]] = []  # run rows not yet given to the recorder
+        try:
+            return self._advance(busy, runs)
+        finally:
+            if runs:
+                self.rec.record_decode_runs(runs)
+
+    def _advance(self, busy: float, runs: list[tuple[float, int, int, int]]
+                 ) -> tuple[float, float]:
+        """:meth:`advance`, holding each run's row in ``runs`` (its steps' ends and queue
+        lengths go to the recorder at once)."""
         env = self.env
         queue = env._queue
         ctx = self.ctx
@@ -138,7 +149,7 @@ class FcfsDecodeLoop:
         coefs = self._coef
         run_ends = self._run_ends
         t1_col, waiting_col = rec._t1, rec._waiting
-        r_start, r_len, r_seqs, r_tok, r_tok_rest, r_cnt, r_cnt_rest = rec._r_appends
+        run_row = runs.append
         buf_cap = rec._buf_cap
         engine = self.engine
         inf = float("inf")
@@ -330,14 +341,10 @@ class FcfsDecodeLoop:
             # the run's steps (Recorder.record_run)
             t1_col.fromlist(ends)
             waiting_col.fromlist(waits)
-            r_start(now)
-            r_len(steps)
-            r_seqs(size)
-            r_tok(size)
-            r_tok_rest(size)
-            r_cnt(itl)
-            r_cnt_rest(size)
+            run_row((now, steps, size, itl))
             if len(t1_col) >= buf_cap:
+                rec.record_decode_runs(runs)
+                runs.clear()
                 rec._flush()
             engine.busy_time = busy
 
