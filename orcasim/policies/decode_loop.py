@@ -1,20 +1,14 @@
-"""Runs of first-come-first-served decode batches, one after another, in one loop.
+"""Runs of a first-come-first-served decode batch, one after another, in one loop.
 
-A :class:`~orcasim.policies.continuous.Continuous` batch without KV memory
-limits, fed by a lazy open-loop source, does the same few things at every
-step boundary: the arrivals due by now join the backlog, the batch is topped
-up from its head, the batch runs unchanged until a member finishes (or an
-arrival could join), the finishers leave and are recorded, and the run's
-steps are recorded. :class:`FcfsDecodeLoop` does all of that for run after
-run in one frame, with the policy's, context's, batch's, source's and
-recorder's state read and written directly, as long as nothing else is due
-in SimPy's queue before a run's end (the engine's clock skip). A run that
-something else may interrupt goes back to the engine, which waits for its
-end as usual. Every effect is the one of
-:meth:`~orcasim.policies.base.DecodeOnlyPolicy.ready_plan`,
-:meth:`~orcasim.policies.runs.DecodeRuns.complete_run` and the recorder's
-methods, bit for bit (``tests/test_decode_loop.py`` compares them, and
-``Engine.fast_paths = False`` step by step).
+At every step boundary, ``continuous`` without KV memory limits on a lazy
+open-loop source takes the arrivals due, tops its batch up from the
+backlog's head, runs the batch unchanged until a member finishes (or an
+arrival could join) and records the finishers and the steps.
+:class:`FcfsDecodeLoop` does that for run after run in one frame, reading and
+writing the policy's, batch's, source's and recorder's state directly, while
+nothing else is due in SimPy's queue before a run's end; a run that
+something else may interrupt goes back to the engine. The effects are those
+of the policy's and recorder's methods, bit for bit (``tests/test_decode_loop.py``).
 """
 
 from __future__ import annotations
@@ -385,11 +379,8 @@ class FcfsDecodeLoop:
     def _to_requests(self) -> None:
         """The batch's members that joined here become :class:`~orcasim.request.Request`
         objects, as the policy's own steps would have them."""
-        batch = self.batch
-        members = batch._members
-        src = self.source
+        members, heap, src = self.batch._members, self.batch._heap, self.source
         made: dict[int, Request] = {}  # by the id of the list it replaces
-        heap = batch._heap
         for at, (done_at, seq, m) in enumerate(heap):
             if type(m) is list and members.get(seq) is m:
                 k, first_scheduled, first_token, slot = m
@@ -403,5 +394,4 @@ class FcfsDecodeLoop:
                 made[id(m)] = members[seq] = req
                 heap[at] = (done_at, seq, req)
         if made:
-            policy: Any = self.policy
-            policy._joined = [made.get(id(m), m) for m in policy._joined]
+            self.policy._joined = [made.get(id(m), m) for m in self.policy._joined]  # type: ignore[attr-defined]
