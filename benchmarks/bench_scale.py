@@ -5,7 +5,9 @@ distributions, Poisson at 30 req/s, max_batch 32). The baseline is the
 notebook's continuous loop with its ``pending.pop(0)`` replaced by a deque
 (the original is quadratic in the number of requests). orcasim runs
 ``run_variant`` (SimPy model, recorder, full summary) twice: advancing runs of
-unchanged-batch steps in one event (the default), and one event per step
+unchanged-batch steps in one event (the default; for ``continuous`` without
+memory limits the engine's loop over whole runs,
+:class:`~orcasim.policies.decode_loop.FcfsDecodeLoop`), and one event per step
 (``Engine.fast_paths = False``). Both must give the notebook's results.
 Times are CPU seconds of the process.
 

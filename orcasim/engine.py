@@ -38,6 +38,12 @@ scheduled earlier (an arrival the source waits for, a timer, another
 engine's step, a hard stop) makes it wait as usual, so every process sees
 the same clock and state as step by step.
 
+For ``continuous`` without memory limits on such a source, the engine
+hands each boundary to :class:`~orcasim.policies.decode_loop.FcfsDecodeLoop`,
+which takes run after run in one frame (admissions, the run's step ends, its
+finishers and its rows) while nothing else is due, and gives a boundary back
+to the engine's own path when something is.
+
 A hard stop (:meth:`Engine.stop`) interrupts the process, in a step or while
 the policy waits: the step in flight is lost, every running and waiting
 request is aborted, and the engine runs no more steps.
@@ -45,12 +51,10 @@ request is aborted, and the engine runs no more steps.
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 from collections.abc import Callable, Generator
 
 import simpy
-from simpy.events import NORMAL
 
 from orcasim.admission.base import reject_all
 from orcasim.context import SchedulerContext
@@ -58,6 +62,8 @@ from orcasim.errors import SimulationError
 from orcasim.latency.base import LatencyModel
 from orcasim.plan import StepPlan
 from orcasim.policies.base import Policy
+from orcasim.policies.decode_loop import FcfsDecodeLoop
+from orcasim.sim_events import SETTLE, Until, happened, settle
 from orcasim.source import OpenLoopSource
 
 MAX_EMPTY_STEPS = 1000
@@ -99,6 +105,8 @@ class Engine:
                 and self._runs_allowed() and not ctx.waiting
                 and (type(ctx.waiting) is deque or getattr(ctx.waiting, "takes_releases", False))):
             ctx.source.release_lazily()  # type: ignore[union-attr]
+        #: whole runs of a first-come-first-served decode batch in one loop, where it applies
+        self._loop = FcfsDecodeLoop(self) if FcfsDecodeLoop.applies(self) else None
         self.process = env.process(self.run())
         for proc in policy.processes():
             env.process(proc)
@@ -252,6 +260,7 @@ class Engine:
         # is moving the clock there: the engine does that itself (not in real time, where the
         # clock follows the wall's, and not with fast paths off)
         skip = self.fast_paths and type(env) is simpy.Environment and group is None
+        loop = self._loop if runs is not None and skip else None
         gen = None  # the policy's decision in progress (its next_step generator)
         ev: simpy.Event | None = None  # the event that decision waits on
         try:
@@ -260,6 +269,10 @@ class Engine:
                     # let this instant's processes react first (SimPy's queue, read directly)
                     while queue and queue[0][0] <= env._now and queue[0][1] < SETTLE:
                         yield settle(env)
+                    if loop is not None and (not queue or queue[0][0] > env._now) and loop.ready():
+                        start, busy = loop.advance(busy)  # runs while nothing else is due
+                        if start >= 0.0:
+                            t0, prev_end, empty_run = start, env._now, 0
                     plan = ready() if ready is not None else None
                     if plan is None:
                         gen = policy.next_step()
@@ -361,44 +374,3 @@ class Engine:
                 self.busy_time = busy + env.now - t0
             ctx.busy_until = env.now
             self._abort_all(str(stop.cause))
-
-
-class Until(simpy.Timeout):
-    """A timeout that fires at time ``at`` exactly.
-
-    A run's end is the sum of its steps' latencies, added one by one; a
-    delay ``d`` with ``now + d == at`` need not exist in floating point, so
-    the event goes into SimPy's queue at ``at`` itself, as ``env.schedule``
-    would put a timeout at ``now + delay``.
-    """
-
-    def __init__(self, env: simpy.Environment, at: float) -> None:
-        if at < env.now:
-            raise ValueError(f"time {at} is in the past (now {env.now})")
-        self.env = env
-        self.callbacks = []
-        self._value = None
-        self._delay = at - env.now
-        self._ok = True
-        heapq.heappush(env._queue, (at, NORMAL, next(env._eid), self))  # type: ignore[attr-defined]
-
-
-#: priority of the engine's settle events: after every ordinary event of the same instant,
-#: so engines sharing one environment (a cluster) never wait on each other's settle events
-SETTLE = 2
-
-
-def settle(env: simpy.Environment) -> simpy.Event:
-    """An event processed after every ordinary event of this instant, and those they cause."""
-    ev = simpy.Event(env)
-    ev._ok = True
-    ev._value = None
-    env.schedule(ev, SETTLE)
-    return ev
-
-
-def happened(ev: simpy.Event | None) -> bool:
-    """True once ``ev`` has occurred: processed, or triggered and not a timeout still pending."""
-    if ev is None or ev.callbacks is None:
-        return True
-    return ev.triggered and not isinstance(ev, simpy.Timeout)

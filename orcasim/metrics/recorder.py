@@ -111,6 +111,22 @@ class Recorder(RequestRows):
         if len(t1) >= self._buf_cap:
             self._flush()
 
+    def record_decode_runs(self, runs: list[tuple[float, int, int, int]]) -> None:
+        """Runs of decode steps whose ends and queue lengths are in the step columns already
+        (appended as :meth:`record_run` appends them): ``(start, steps, batch size, ITL
+        tokens of the first step)`` each, every step computing a token per sequence and
+        every later step's tokens all inter-token gaps. The same rows as
+        :meth:`record_run`, a block of runs at a time."""
+        r_len, r_seqs, r_tokens, r_tokens_rest, r_count, r_count_rest = self._r_ints
+        self._r_start.fromlist([r[0] for r in runs])
+        r_len.fromlist([r[1] for r in runs])
+        sizes = [r[2] for r in runs]
+        r_seqs.fromlist(sizes)
+        r_tokens.fromlist(sizes)
+        r_tokens_rest.fromlist(sizes)
+        r_count.fromlist([r[3] for r in runs])
+        r_count_rest.fromlist(sizes)
+
     def _flush(self) -> None:
         if not self._t1:
             return

@@ -19,6 +19,8 @@ from orcasim.metrics.row_spill import RowSpill, SpilledColumns
 from orcasim.request import FINAL_STATES, Request, RequestState
 
 _NAN = float("nan")
+#: rows :meth:`RequestRows.record_finished` holds before writing them
+DONE_BLOCK = 4096
 
 REQUEST_FLOAT_COLUMNS = ("arrival", "first_scheduled", "first_token", "finish")
 REQUEST_INT_COLUMNS = (
@@ -66,6 +68,8 @@ class RequestRows:
         self._tenant: dict[int, str] = {}
         self._cls: dict[int, str] = {}
         self._reason: dict[int, str] = {}
+        self._done: list[Any] = []  # finished rows not yet written (record_finished)
+        self._row_source: tuple[Any, ...] | None = None  # (see set_row_source)
         self._bind_appends()
 
     def _bind_appends(self) -> None:
@@ -76,6 +80,8 @@ class RequestRows:
 
     def record_request(self, req: Request) -> None:
         """Append ``req``'s final row."""
+        if self._done:
+            self._write_done()
         (arrival, first_scheduled, first_token, finish, rid, prompt_len, output_len,
          num_output_tokens, num_preemptions, priority, state) = self._appends
         row = len(self._i["id"])
@@ -100,6 +106,97 @@ class RequestRows:
             self._reason[row] = req.reason
         if row + 1 >= self._spill_at:
             self._spill_block()
+
+    def record_finished(self, reqs: list[Request]) -> None:
+        """Append the final rows of finished ``reqs`` that were scheduled and emitted a first
+        token, each as :meth:`record_request` writes it.
+
+        The rows are held and written a block at a time, column by column,
+        before anything reads the rows or records another way, so their
+        order is kept. :attr:`_done` may also hold a row of the workload
+        (see :meth:`set_row_source`) as ``[index, first scheduled, first
+        token, finish]``.
+        """
+        done = self._done
+        done += reqs
+        if len(done) >= DONE_BLOCK:
+            self._write_done()
+
+    def set_row_source(self, owner: object, arrival: Any, prompt_len: Any, output_len: Any
+                       ) -> bool:
+        """The workload columns of ``owner`` (a source) that rows held as indices are read
+        from; False if another owner's are set already."""
+        if self._row_source is not None and self._row_source[0] is not owner:
+            return False
+        self._row_source = (owner, *(np.asarray(c) for c in (arrival, prompt_len, output_len)))
+        return True
+
+    def _write_done(self) -> None:
+        """Write the rows held by :meth:`record_finished`, handing each full block to the spill
+        at the row where :meth:`record_request` would."""
+        done = self._done
+        if not done:
+            return
+        held = done[:]
+        done.clear()
+        at = 0
+        while at < len(held):
+            row = len(self._i["id"])
+            kind = type(held[at])
+            end = min(len(held), at + self._spill_at - row)
+            stop = at + 1
+            while stop < end and type(held[stop]) is kind:
+                stop += 1
+            chunk = held[at:stop]
+            at = stop
+            if kind is list:
+                self._write_indexed(chunk)
+            else:
+                self._write_requests(chunk, row)
+            if row + len(chunk) >= self._spill_at:
+                self._spill_block()
+
+    def _write_indexed(self, rows: list[list]) -> None:
+        """Rows ``[workload index, first scheduled, first token, finish]`` of finished requests
+        without per-request attributes, the rest read from the row source."""
+        f, i = self._f, self._i
+        ids_list = [r[0] for r in rows]
+        ids = np.array(ids_list, dtype=np.int64)
+        _, arrival, prompt, output = self._row_source  # type: ignore[misc]
+        out = output[ids].astype(np.int64)
+        zeros = np.zeros(len(rows), np.int64)
+        f["arrival"].frombytes(arrival[ids].astype(np.float64).tobytes())
+        f["first_scheduled"].fromlist([r[1] for r in rows])
+        f["first_token"].fromlist([r[2] for r in rows])
+        f["finish"].fromlist([r[3] for r in rows])
+        for col, values in (("id", ids), ("prompt_len", prompt[ids].astype(np.int64)),
+                            ("output_len", out), ("num_output_tokens", out),
+                            ("num_preemptions", zeros), ("priority", zeros),
+                            ("state", np.full(len(rows), int(RequestState.FINISHED), np.int64))):
+            i[col].frombytes(values.tobytes())
+
+    def _write_requests(self, chunk: list[Request], row: int) -> None:
+        """Finished requests' rows, from ``row`` on."""
+        f, i = self._f, self._i
+        f["arrival"].fromlist([r.arrival for r in chunk])
+        f["first_scheduled"].fromlist([r.first_scheduled for r in chunk])
+        f["first_token"].fromlist([r.first_token for r in chunk])
+        f["finish"].fromlist([r.finish for r in chunk])
+        i["id"].fromlist([r.id for r in chunk])
+        i["prompt_len"].fromlist([r.prompt_len for r in chunk])
+        i["output_len"].fromlist([r.output_len for r in chunk])
+        i["num_output_tokens"].fromlist([r.num_output_tokens for r in chunk])
+        i["num_preemptions"].fromlist([r.num_preemptions for r in chunk])
+        i["priority"].fromlist([r.priority for r in chunk])
+        i["state"].fromlist([r.state for r in chunk])
+        for sparse, values in ((self._name, [r.name for r in chunk]),
+                               (self._tenant, [r.tenant for r in chunk]),
+                               (self._cls, [r.cls for r in chunk]),
+                               (self._reason, [r.reason for r in chunk])):
+            if values.count(None) < len(values):
+                for k, v in enumerate(values, row):
+                    if v is not None:
+                        sparse[k] = v
 
     def _spill_block(self) -> None:
         """Hand the rows held so far to the spill (started on the first block)."""
@@ -130,11 +227,14 @@ class RequestRows:
 
     @property
     def num_recorded(self) -> int:
+        """Rows recorded so far (read without writing the rows held: a progress display reads
+        it from another thread)."""
         spilled = self._spill.num_rows if self._spill is not None else 0
-        return len(self._i["id"]) + self._taken + spilled
+        return len(self._i["id"]) + len(self._done) + self._taken + spilled
 
     def state_counts(self) -> dict[RequestState, int]:
         """Recorded requests by final state."""
+        self._write_done()
         states = np.frombuffer(self._i["state"], dtype=np.int64) if self._i["state"] else \
             np.zeros(0, np.int64)
         spilled = self._spill.state_counts if self._spill is not None else None
@@ -143,6 +243,7 @@ class RequestRows:
 
     def num_distinct_ids(self) -> int:
         """Distinct request ids among the recorded rows (each request must end once)."""
+        self._write_done()
         if self._spill is not None:
             return self._spill.num_distinct_ids(self._i["id"])
         return distinct_count(np.frombuffer(self._i["id"], dtype=np.int64)) if self._i["id"] \
@@ -157,6 +258,7 @@ class RequestRows:
         rows to disk (``spill_rows``) hands over :class:`SpilledColumns`, which
         it can do once, with ``take``.
         """
+        self._write_done()
         if self._spill is not None:
             if not take:
                 raise ValueError("the rows were streamed to disk: take them "
