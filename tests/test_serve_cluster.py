@@ -75,10 +75,13 @@ def test_a_disconnect_frees_its_replica_and_metrics_sum_over_replicas(tmp_path):
                 return
 
     async def main():
-        async with serving(server) as s:
-            url = f"http://127.0.0.1:{s.port}"
-            body = {"prompt": "y" * 100, "max_tokens": 500, "ignore_eos": True, "stream": True}
-            async with aiohttp.ClientSession() as session:
+        # the client session outlives the server, so request a is still streaming when
+        # the server shuts down
+        async with aiohttp.ClientSession() as session:
+            async with serving(server) as s:
+                url = f"http://127.0.0.1:{s.port}"
+                body = {"prompt": "y" * 100, "max_tokens": 500, "ignore_eos": True,
+                        "stream": True}
                 a = await session.post(url + "/v1/completions", json=body)  # replica g-0
                 await first_chunks(a)
                 b = await session.post(url + "/v1/completions", json=body)  # replica g-1
@@ -91,8 +94,8 @@ def test_a_disconnect_frees_its_replica_and_metrics_sum_over_replicas(tmp_path):
                                  "state=aborted}") == 1:
                         break
                     await asyncio.sleep(0.02)
-                a.close()
-                return both, after
+            a.close()
+            return both, after
 
     both, after = run(main())
     run_key = "orcasim:replica_num_requests_running{replica=%s}"
