@@ -36,6 +36,8 @@ class EDF(KeyedPolicy):
         self.default_deadline = params.default_deadline
         super().__init__(params, ctx)
 
+    key_width = 2  # (key: a pair)
+
     def key(self, req: Request) -> Any:
         d = req.deadline if req.deadline is not None else self.default_deadline
         return (req.arrival + d if d is not None else math.inf, req.arrival)

@@ -32,12 +32,15 @@ class KeyedPolicy(BatchPolicy):
 
     #: whether a request's key never changes (then a running request's key is computed once)
     static_keys: ClassVar[bool] = True
+    #: if every key is a tuple of this many items: the waiting queue's entries are flat (see
+    #: :class:`~orcasim.policies.queues.KeyedQueue`); 0: keys of any kind
+    key_width: ClassVar[int] = 0
 
     def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
         self.preemptive = bool(getattr(params, "preempt", False))
         if ctx is not None:
-            ctx.waiting = KeyedQueue(self.key)
+            ctx.waiting = KeyedQueue(self.key, self._key_width())
         self._keys = KeyCache(self.key)
         #: the key of a running request now: :meth:`key`, or its cached value for static keys
         self.rank = self._keys.__getitem__ if self.static_keys else self.key
@@ -49,6 +52,13 @@ class KeyedPolicy(BatchPolicy):
     def key(self, req: Request) -> Any:
         """Sort key of ``req`` (smaller runs first); computed when it is queued."""
         raise NotImplementedError
+
+    def _key_width(self) -> int:
+        """:attr:`key_width` as the class that defines the :meth:`key` in use declares it."""
+        for cls in type(self).__mro__:
+            if "key" in cls.__dict__:
+                return int(cls.__dict__.get("key_width", 0))
+        return 0
 
     def pool_safe(self) -> bool:
         return self.static_keys  # a running request's rank is its key, computed once
@@ -65,9 +75,8 @@ class KeyedPolicy(BatchPolicy):
         worst = self.memory_victim()
         waiting = self.ctx.waiting
         if type(waiting) is KeyedQueue and waiting:  # the head's key, as it was queued
-            key, _, first = waiting.top()
-            if first is not head:
-                key = self.key(head)
+            entry = waiting.top()
+            key = waiting.entry_key(entry) if entry[-1] is head else self.key(head)
         else:
             key = self.key(head)
         return worst if key < self.rank(worst) else None
@@ -82,9 +91,10 @@ class KeyedPolicy(BatchPolicy):
     def admitted(self, req: Request) -> None:
         super().admitted(req)
         if self.static_keys:  # its key, as it was queued (a static key does not change)
-            popped = getattr(self.ctx.waiting, "popped", None)
-            if popped is not None and popped[2] is req:
-                self._keys[req] = popped[0]
+            waiting = self.ctx.waiting
+            popped = getattr(waiting, "popped", None)
+            if popped is not None and popped[-1] is req:
+                self._keys[req] = waiting.entry_key(popped)
         ordered = self._ordered
         if ordered is not None:  # after its equals (insort_right), in one look if it is last
             rank = self.rank

@@ -67,6 +67,8 @@ class Priority(KeyedPolicy):
             return least < worst[0]
         return self.ctx.env.now + least * self.aging_s < worst[0]
 
+    key_width = 2  # (key: a pair)
+
     def key(self, req: Request) -> Any:
         if self.aging_s is None:
             return (self.level(req), req.arrival)

@@ -72,20 +72,26 @@ class KeyedQueue(Released):
     The key is computed when a request is queued and does not change while it
     waits. Removal from the middle is lazy (the entry is skipped when it
     reaches the top), so every operation is O(log n).
+
+    An entry is ``(key, number, request)``; with ``width`` (every key a tuple
+    of that many items) it is the key's items followed by the number and the
+    request, which orders the same and compares faster (one flat tuple).
+    :meth:`entry_key` gives an entry's key either way.
     """
 
-    __slots__ = ("_heap", "_key", "_live", "_seq", "_top", "popped")
+    __slots__ = ("_heap", "_key", "_live", "_seq", "_top", "_width", "popped")
 
-    def __init__(self, key: Callable[[Request], Any]) -> None:
+    def __init__(self, key: Callable[[Request], Any], width: int = 0) -> None:
         super().__init__()
         self._key = key
-        self._heap: list[tuple[Any, int, Request]] = []
+        self._width = width
+        self._heap: list[tuple[Any, ...]] = []
         self._live: dict[int, int] = {}  # id(request) -> seq of its live entry
         self._seq = 0
         #: the first live entry, which is the heap's first (None: not known)
-        self._top: tuple[Any, int, Request] | None = None
+        self._top: tuple[Any, ...] | None = None
         #: the entry :meth:`popleft` took last (its key, for a policy that ranks by it)
-        self.popped: tuple[Any, int, Request] | None = None
+        self.popped: tuple[Any, ...] | None = None
 
     def __len__(self) -> int:
         return len(self._live)
@@ -96,14 +102,28 @@ class KeyedQueue(Released):
     def __iter__(self) -> Iterator[Request]:
         """The waiting requests in queue order."""
         live = self._live
-        return iter([r for _, s, r in sorted(self._heap) if live.get(id(r)) == s])
+        return iter([e[-1] for e in sorted(self._heap) if live.get(id(e[-1])) == e[-2]])
+
+    def entry_key(self, entry: tuple[Any, ...]) -> Any:
+        """The key of ``entry`` (one of :meth:`top`, :attr:`popped`)."""
+        w = self._width
+        return entry[:w] if w else entry[0]
+
+    def _entry(self, req: Request, seq: int) -> tuple[Any, ...]:
+        k = self._key(req)
+        if not self._width:
+            return (k, seq, req)
+        if type(k) is not tuple or len(k) != self._width:
+            raise TypeError(f"key {k!r} of request {req.label} is not a tuple of "
+                            f"{self._width} items")
+        return (*k, seq, req)
 
     def append(self, req: Request) -> None:
         """Queue ``req`` at the place its key gives it."""
         seq = self._seq
         self._seq = seq + 1
         self._live[id(req)] = seq
-        entry = (self._key(req), seq, req)
+        entry = self._entry(req, seq)
         heapq.heappush(self._heap, entry)
         top = self._top
         if top is not None and entry < top:
@@ -117,12 +137,13 @@ class KeyedQueue(Released):
         backlog.release(hi)
         if not backlog:
             return
-        key, live, heap, push = self._key, self._live, self._heap, heapq.heappush
+        live, heap, push = self._live, self._heap, heapq.heappush
+        make = self._entry
         seq = self._seq
         top = self._top
         for req in backlog:  # in arrival order, as :meth:`append` one by one
             live[id(req)] = seq
-            entry = (key(req), seq, req)
+            entry = make(req, seq)
             push(heap, entry)
             if top is not None and entry < top:
                 top = None
@@ -131,15 +152,16 @@ class KeyedQueue(Released):
         self._top = top
         backlog.clear()
 
-    def top(self) -> tuple[Any, int, Request]:
-        """The first entry: ``(key, number, request)`` (IndexError if empty)."""
+    def top(self) -> tuple[Any, ...]:
+        """The first entry: ``(key, number, request)``, or with ``width`` the key's items,
+        the number and the request (IndexError if empty)."""
         top = self._top
         if top is not None:
             return top
         heap, live = self._heap, self._live
         while heap:
             entry = heap[0]
-            if live.get(id(entry[2])) == entry[1]:
+            if live.get(id(entry[-1])) == entry[-2]:
                 self._top = entry
                 return entry
             heapq.heappop(heap)
@@ -147,20 +169,20 @@ class KeyedQueue(Released):
 
     def peek(self) -> Request:
         """The first request, without removing it (IndexError if empty)."""
-        return self.top()[2]
+        return self.top()[-1]  # type: ignore[no-any-return]
 
     def __getitem__(self, i: int) -> Request:
         """``queue[0]`` is the first request, as for a deque; other indices are not supported."""
         top = self._top
         if top is not None and i == 0:
-            return top[2]
+            return top[-1]  # type: ignore[no-any-return]
         if i != 0:
             raise IndexError("only queue[0] (the head) is supported")
-        return self.top()[2]
+        return self.top()[-1]  # type: ignore[no-any-return]
 
     def peek_key(self) -> Any:
         """The key of the first request (IndexError if empty)."""
-        return self.top()[0]
+        return self.entry_key(self.top())
 
     def popleft(self) -> Request:
         """Remove and return the first request (IndexError if empty)."""
@@ -168,18 +190,18 @@ class KeyedQueue(Released):
         if entry is None:
             entry = self.top()
         self.popped = entry
-        req = entry[2]
+        req = entry[-1]
         heapq.heappop(self._heap)
         del self._live[id(req)]
         self._top = None
-        return req
+        return req  # type: ignore[no-any-return]
 
     def remove(self, req: Request) -> None:
         """Take ``req`` out of the queue (ValueError if it is not queued)."""
         if self._live.pop(id(req), None) is None:
             raise ValueError(f"request {req.label} is not queued")
         top = self._top
-        if top is not None and top[2] is req:
+        if top is not None and top[-1] is req:
             self._top = None
 
     def clear(self) -> None:

@@ -38,6 +38,8 @@ class SJF(KeyedPolicy):
         self.predict = LengthPredictor(params.sigma, ctx)
         super().__init__(params, ctx)
 
+    key_width = 2  # (key: a pair)
+
     def key(self, req: Request) -> Any:
         return (self.predict(req), req.arrival)
 

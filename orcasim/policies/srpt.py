@@ -58,6 +58,8 @@ class SRPT(SJF):
 
     static_keys = False  # the remaining length shrinks as it decodes
 
+    key_width = 2  # (key: a pair)
+
     def key(self, req: Request) -> Any:
         return (max(self.predict(req) - req.num_output_tokens, 0.0), req.arrival)
 
