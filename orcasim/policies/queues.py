@@ -49,7 +49,7 @@ class Released:
 
     def attach(self, backlog: Any) -> Released:
         """Take the arrivals of a lazy source's ``backlog`` (a
-        :class:`~orcasim.source.Backlog`) as :meth:`release` says they came; return itself
+        :class:`~orcasim.backlog.Backlog`) as :meth:`release` says they came; return itself
         (what the source releases into)."""
         self._backlog = backlog
         return self
