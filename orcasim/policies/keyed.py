@@ -10,7 +10,7 @@ head. ``priority``, ``sjf``, ``edf`` and ``srpt`` build on it (see
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 from orcasim.context import SchedulerContext
@@ -40,7 +40,7 @@ class KeyedPolicy(BatchPolicy):
         super().__init__(params, ctx)
         self.preemptive = bool(getattr(params, "preempt", False))
         if ctx is not None:
-            ctx.waiting = KeyedQueue(self.key, self._key_width())
+            ctx.waiting = KeyedQueue(self.key, *self._key_form())
         self._keys = KeyCache(self.key)
         #: the key of a running request now: :meth:`key`, or its cached value for static keys
         self.rank = self._keys.__getitem__ if self.static_keys else self.key
@@ -53,12 +53,19 @@ class KeyedPolicy(BatchPolicy):
         """Sort key of ``req`` (smaller runs first); computed when it is queued."""
         raise NotImplementedError
 
-    def _key_width(self) -> int:
-        """:attr:`key_width` as the class that defines the :meth:`key` in use declares it."""
+    def index_key(self, source: Any) -> Callable[[int], Any] | None:
+        """The key of a lazy open-loop ``source``'s request from its workload index: the same
+        value as :meth:`key` with the same effects (``None``: only from requests)."""
+        return None
+
+    def _key_form(self) -> tuple[int, Callable[[Any], Callable[[int], Any] | None] | None]:
+        """:attr:`key_width` and :meth:`index_key`, as the class that defines the :meth:`key`
+        in use declares them (a subclass with a key of its own does not inherit them)."""
         for cls in type(self).__mro__:
             if "key" in cls.__dict__:
-                return int(cls.__dict__.get("key_width", 0))
-        return 0
+                return (int(cls.__dict__.get("key_width", 0)),
+                        self.index_key if "index_key" in cls.__dict__ else None)
+        return 0, None
 
     def pool_safe(self) -> bool:
         return self.static_keys  # a running request's rank is its key, computed once

@@ -77,14 +77,26 @@ class KeyedQueue(Released):
     of that many items) it is the key's items followed by the number and the
     request, which orders the same and compares faster (one flat tuple).
     :meth:`entry_key` gives an entry's key either way.
+
+    With ``index_keys`` (``source -> (index -> key)`` or ``None``, the key of
+    a lazy source's request from its workload row, equal to ``key`` of the
+    request with the same effects), the arrivals a lazy source releases are
+    queued as workload indices: a request is made only when it reaches the
+    head (or the queue is iterated), so one that waits costs its entry alone.
     """
 
-    __slots__ = ("_heap", "_key", "_live", "_seq", "_top", "_width", "popped")
+    __slots__ = ("_heap", "_index_keys", "_key", "_lazy", "_live", "_make", "_of_row", "_seq",
+                 "_top", "_width", "popped")
 
-    def __init__(self, key: Callable[[Request], Any], width: int = 0) -> None:
+    def __init__(self, key: Callable[[Request], Any], width: int = 0,
+                 index_keys: Callable[[Any], Callable[[int], Any] | None] | None = None) -> None:
         super().__init__()
         self._key = key
         self._width = width
+        self._index_keys = index_keys
+        self._of_row: Callable[[int], Any] | None = None  # a row's key (a lazy source's)
+        self._make: Callable[[int], Request] | None = None  # a row's request
+        self._lazy = 0  # entries that hold a workload index (all live)
         self._heap: list[tuple[Any, ...]] = []
         self._live: dict[int, int] = {}  # id(request) -> seq of its live entry
         self._seq = 0
@@ -94,15 +106,38 @@ class KeyedQueue(Released):
         self.popped: tuple[Any, ...] | None = None
 
     def __len__(self) -> int:
-        return len(self._live)
+        return len(self._live) + self._lazy
 
     def __bool__(self) -> bool:
-        return bool(self._live)
+        return bool(self._live) or self._lazy > 0
 
     def __iter__(self) -> Iterator[Request]:
         """The waiting requests in queue order."""
+        if self._lazy:
+            heap = self._heap
+            for at, entry in enumerate(heap):
+                if type(entry[-1]) is int:
+                    heap[at] = self._made(entry)
         live = self._live
         return iter([e[-1] for e in sorted(self._heap) if live.get(id(e[-1])) == e[-2]])
+
+    def attach(self, backlog: Any) -> Released:
+        """:meth:`Released.attach`; with ``index_keys``, its releases are queued as indices."""
+        super().attach(backlog)
+        src = backlog._source
+        of_row = self._index_keys(src) if self._index_keys is not None else None
+        if of_row is not None:
+            arrival, request = src._arrival, src._request
+            self._of_row = of_row
+            self._make = lambda i: request(i, arrival[i])
+        return self
+
+    def _made(self, entry: tuple[Any, ...]) -> tuple[Any, ...]:
+        """``entry`` of a workload index, with the index made into its request (now live)."""
+        req = self._make(entry[-1])  # type: ignore[misc]
+        self._live[id(req)] = entry[-2]
+        self._lazy -= 1
+        return (*entry[:-1], req)
 
     def entry_key(self, entry: tuple[Any, ...]) -> Any:
         """The key of ``entry`` (one of :meth:`top`, :attr:`popped`)."""
@@ -137,6 +172,10 @@ class KeyedQueue(Released):
         backlog.release(hi)
         if not backlog:
             return
+        of_row = self._of_row
+        if of_row is not None and not backlog._head:  # as indices (see the class)
+            self._release_rows(backlog, of_row)
+            return
         live, heap, push = self._live, self._heap, heapq.heappush
         make = self._entry
         seq = self._seq
@@ -152,6 +191,24 @@ class KeyedQueue(Released):
         self._top = top
         backlog.clear()
 
+    def _release_rows(self, backlog: Any, of_row: Callable[[int], Any]) -> None:
+        """The backlog's released rows queued as workload indices, in arrival order."""
+        heap, push, w = self._heap, heapq.heappush, self._width
+        lo, hi = backlog._lo, backlog._hi
+        backlog._lo = hi
+        seq = self._seq
+        top = self._top
+        for i in range(lo, hi):
+            k = of_row(i)
+            entry = (*k, seq, i) if w else (k, seq, i)
+            push(heap, entry)
+            if top is not None and entry < top:
+                top = None
+            seq += 1
+        self._lazy += hi - lo
+        self._seq = seq
+        self._top = top
+
     def top(self) -> tuple[Any, ...]:
         """The first entry: ``(key, number, request)``, or with ``width`` the key's items,
         the number and the request (IndexError if empty)."""
@@ -161,6 +218,10 @@ class KeyedQueue(Released):
         heap, live = self._heap, self._live
         while heap:
             entry = heap[0]
+            if type(entry[-1]) is int:  # a workload index: its request now
+                entry = heap[0] = self._made(entry)
+                self._top = entry
+                return entry
             if live.get(id(entry[-1])) == entry[-2]:
                 self._top = entry
                 return entry
@@ -207,6 +268,7 @@ class KeyedQueue(Released):
     def clear(self) -> None:
         self._heap.clear()
         self._live.clear()
+        self._lazy = 0
         self._top = None
 
 

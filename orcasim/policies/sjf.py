@@ -9,6 +9,7 @@ running request keeps its place (see ``srpt`` for the preemptive variant).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import Field
@@ -42,6 +43,10 @@ class SJF(KeyedPolicy):
 
     def key(self, req: Request) -> Any:
         return (self.predict(req), req.arrival)
+
+    def index_key(self, source: Any) -> Callable[[int], Any] | None:
+        of_row, output, arrival = self.predict.of_row, source._output, source._arrival
+        return lambda i: (of_row(i, output[i]), arrival[i])
 
     def release(self, req: Request) -> None:
         super().release(req)

@@ -1,0 +1,98 @@
+"""Shortcuts of the token-level policies give the results of the plain code, bit for bit.
+
+Finished requests' rows held and written in blocks, keyed queues that hold
+lazy arrivals as workload indices: each test runs a model with the shortcut
+and without it and compares everything recorded.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import orcasim
+from orcasim.engine import Engine
+from orcasim.policies.queues import KeyedQueue
+from orcasim.simulation import build_model, generate_workload
+
+CLASSES = [{"name": "interactive", "weight": 1, "priority": 0, "tenant": "a"},
+           {"name": "batch", "weight": 2, "priority": 1, "tenant": "b"}]
+
+
+def run(policy: dict, *, spy: bool = False, fast: bool = True, n: int = 500,
+        rate: float = 30.0) -> tuple[dict, list]:
+    """The seed scenario under ``policy``: its request columns, ITL samples, series and the
+    order requests end in (with ``spy``, each recorded one by one as it ends)."""
+    sc = orcasim.load_scenario("seed_orca").override(
+        {"workload.num_requests": n, "workload.arrival.rate": rate, "variants": None,
+         "workload.classes": CLASSES, "engine.latency.per_prefill_token": 0.0001,
+         "policy": {**policy, "max_batch": 16}})
+    cfg = sc.variants[0]
+    arrays = generate_workload(cfg)
+    Engine.fast_paths = fast
+    try:
+        m = build_model(cfg, arrays)
+        queues: list = []
+        if spy:
+            record = m.recorder.record_request
+            m.recorder.record_request = lambda req: record(req)  # (an override: one by one)
+        if isinstance(m.ctx.waiting, KeyedQueue):
+            queues.append(m.ctx.waiting)
+        m.env.run()
+    finally:
+        Engine.fast_paths = True
+    rec = m.recorder
+    return {"columns": rec.request_columns(), "itl": rec.itl_samples(),
+            "series": rec.series_rows(), "steps": rec.num_steps}, queues
+
+
+def assert_same(a: dict, b: dict) -> None:
+    assert a["steps"] == b["steps"]
+    for name, col in a["columns"].items():
+        if isinstance(col, np.ndarray):
+            np.testing.assert_array_equal(col, b["columns"][name], err_msg=name)
+        else:
+            assert col == b["columns"][name], name
+    for x, y in zip(a["itl"], b["itl"], strict=True):
+        np.testing.assert_array_equal(x, y)
+    for name, col in a["series"].items():
+        np.testing.assert_array_equal(col, b["series"][name], err_msg=name)
+
+
+POLICIES = {
+    "fcfs": {"type": "fcfs"},
+    "srpt": {"type": "srpt", "sigma": 0.5},
+    "priority": {"type": "priority", "preempt": True, "classes": {"interactive": 0, "batch": 1}},
+    "vtc": {"type": "vtc"},
+}
+
+
+@pytest.mark.parametrize("name", POLICIES)
+def test_rows_held_in_blocks_equal_rows_recorded_as_requests_end(name):
+    held, _ = run(POLICIES[name])
+    one_by_one, _ = run(POLICIES[name], spy=True)
+    assert_same(held, one_by_one)
+
+
+KEYED = {
+    "sjf": {"type": "sjf", "sigma": 0.3},
+    "srpt": {"type": "srpt"},
+    "priority": {"type": "priority", "preempt": True},
+    "priority-aging": {"type": "priority", "aging_s": 0.5,
+                       "classes": {"interactive": 0, "batch": 1}},
+    "edf": {"type": "edf", "default_deadline": 4.0, "preempt": True},
+}
+
+
+@pytest.mark.parametrize("name", KEYED)
+def test_keyed_queues_of_workload_indices_equal_queues_of_requests(name):
+    lazy, (queue,) = run(KEYED[name], n=800)
+    assert queue._of_row is not None  # the lazy source's arrivals were queued as indices
+    eager, (plain,) = run(KEYED[name], n=800, fast=False)
+    assert plain._of_row is None
+    assert_same(lazy, eager)
+
+
+def test_a_class_the_priorities_do_not_list_is_an_error_from_a_lazy_queue_too():
+    with pytest.raises(orcasim.errors.SimulationError, match=r"policy\.classes does not list"):
+        run({"type": "priority", "classes": {"interactive": 0}})
