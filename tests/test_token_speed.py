@@ -96,3 +96,22 @@ def test_keyed_queues_of_workload_indices_equal_queues_of_requests(name):
 def test_a_class_the_priorities_do_not_list_is_an_error_from_a_lazy_queue_too():
     with pytest.raises(orcasim.errors.SimulationError, match=r"policy\.classes does not list"):
         run({"type": "priority", "classes": {"interactive": 0}})
+
+
+def test_itl_samples_recorded_each_equal_samples_recorded_one_at_a_time():
+    from orcasim.metrics.recorder import Recorder
+    each, single = Recorder(), Recorder()
+    for rec in (each, single):
+        rec.record_step(0.0, 0.5, 2, 2, 0, 0)
+    each.record_itl(0.25)
+    each.record_itl_each(0.75, 3)
+    each.record_itl_each(0.5, 0)
+    each.record_itl_each(0.125, 1)
+    for gap in (0.25, 0.75, 0.75, 0.75, 0.125):
+        single.record_itl(gap)
+    for rec in (each, single):
+        rec.record_step(0.5, 1.25, 2, 2, 0, 2)
+    np.testing.assert_array_equal(each.itl_times(), single.itl_times())
+    for a, b in zip(each.itl_samples(), single.itl_samples(), strict=True):
+        np.testing.assert_array_equal(a, b)
+        assert a.dtype == b.dtype
