@@ -12,6 +12,7 @@ import pytest
 
 import orcasim
 from orcasim.engine import Engine
+from orcasim.policies.grouped import GroupedQueue
 from orcasim.policies.queues import KeyedQueue
 from orcasim.simulation import build_model, generate_workload
 
@@ -20,13 +21,14 @@ CLASSES = [{"name": "interactive", "weight": 1, "priority": 0, "tenant": "a"},
 
 
 def run(policy: dict, *, spy: bool = False, fast: bool = True, n: int = 500,
-        rate: float = 30.0) -> tuple[dict, list]:
+        rate: float = 30.0, classes: list | None = CLASSES) -> tuple[dict, list]:
     """The seed scenario under ``policy``: its request columns, ITL samples, series and the
     order requests end in (with ``spy``, each recorded one by one as it ends)."""
-    sc = orcasim.load_scenario("seed_orca").override(
-        {"workload.num_requests": n, "workload.arrival.rate": rate, "variants": None,
-         "workload.classes": CLASSES, "engine.latency.per_prefill_token": 0.0001,
-         "policy": {**policy, "max_batch": 16}})
+    over = {"workload.num_requests": n, "workload.arrival.rate": rate, "variants": None,
+            "engine.latency.per_prefill_token": 0.0001, "policy": {**policy, "max_batch": 16}}
+    if classes is not None:
+        over["workload.classes"] = classes
+    sc = orcasim.load_scenario("seed_orca").override(over)
     cfg = sc.variants[0]
     arrays = generate_workload(cfg)
     Engine.fast_paths = fast
@@ -36,7 +38,7 @@ def run(policy: dict, *, spy: bool = False, fast: bool = True, n: int = 500,
         if spy:
             record = m.recorder.record_request
             m.recorder.record_request = lambda req: record(req)  # (an override: one by one)
-        if isinstance(m.ctx.waiting, KeyedQueue):
+        if isinstance(m.ctx.waiting, KeyedQueue | GroupedQueue):
             queues.append(m.ctx.waiting)
         m.env.run()
     finally:
@@ -84,12 +86,28 @@ KEYED = {
 }
 
 
-@pytest.mark.parametrize("name", KEYED)
-def test_keyed_queues_of_workload_indices_equal_queues_of_requests(name):
-    lazy, (queue,) = run(KEYED[name], n=800)
+GROUPED = {
+    "vtc": {"type": "vtc", "weights": {"b": 3.0}},
+    "class-share": {"type": "class-share", "weights": {"interactive": 2.0}},
+}
+
+
+@pytest.mark.parametrize("name", [*KEYED, *GROUPED])
+@pytest.mark.parametrize("rate", [30.0, 3.0])
+def test_queues_of_workload_indices_equal_queues_of_requests(name, rate):
+    """Keyed and grouped queues fed by a lazy source hold indices; per step they hold
+    requests."""
+    policy = {**KEYED, **GROUPED}[name]
+    lazy, (queue,) = run(policy, n=800, rate=rate)
     assert queue._of_row is not None  # the lazy source's arrivals were queued as indices
-    eager, (plain,) = run(KEYED[name], n=800, fast=False)
+    eager, (plain,) = run(policy, n=800, rate=rate, fast=False)
     assert plain._of_row is None
+    assert_same(lazy, eager)
+
+
+def test_a_grouped_queue_without_the_groups_column_queues_every_request_in_one_group():
+    lazy, _ = run({"type": "vtc"}, n=300, rate=10.0, classes=None)
+    eager, _ = run({"type": "vtc"}, n=300, rate=10.0, classes=None, fast=False)
     assert_same(lazy, eager)
 
 

@@ -25,7 +25,7 @@ from orcasim.context import SchedulerContext
 from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
 from orcasim.policies.common import BatchPolicy, TokenParams
-from orcasim.policies.queues import GroupedQueue
+from orcasim.policies.grouped import GroupedQueue
 from orcasim.request import Request
 
 
@@ -64,7 +64,8 @@ class FairSharePolicy(BatchPolicy):
         self._last_served: float = 0.0
         attr = self.group_attr
         self._weights: dict[str, float] = dict(params.weights)  # type: ignore[attr-defined]
-        self._queue = GroupedQueue(lambda r: getattr(r, attr), self._least_served, self._lift)
+        self._queue = GroupedQueue(lambda r: getattr(r, attr), self._least_served, self._lift,
+                                   attr)
         if ctx is not None:
             ctx.waiting = self._queue
         #: running requests per group

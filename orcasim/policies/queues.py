@@ -9,8 +9,9 @@ hard stop work with any policy.
 - :class:`KeyedQueue`: a heap on a per-request key computed once, when the
   request is queued (priority level, deadline, predicted length...). Ties go
   first come, first served. O(log n) per operation.
-- :class:`GroupedQueue`: one FIFO per group (class, tenant), for policies that
-  first choose a group and then serve it in arrival order.
+- :class:`~orcasim.policies.grouped.GroupedQueue`: one FIFO per group (class,
+  tenant), for policies that first choose a group and then serve it in arrival
+  order.
 
 Both take arrivals from a lazy source at step boundaries (:class:`Released`).
 
@@ -20,8 +21,7 @@ Pure data structures: no SimPy.
 from __future__ import annotations
 
 import heapq
-from collections import deque
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from orcasim.request import Request
@@ -270,124 +270,3 @@ class KeyedQueue(Released):
         self._live.clear()
         self._lazy = 0
         self._top = None
-
-
-class GroupedQueue(Released):
-    """One first-come-first-served queue per group (``group(request)``: class, tenant...).
-
-    ``queue[0]`` and ``popleft()`` serve the group chosen by ``choose(groups)``
-    (which must not change anything), called with the groups that have waiting
-    requests in the order they first appeared. ``on_backlog(group, request)`` is
-    called when a new arrival finds its group's queue empty (before it is queued).
-    The choice is kept until the backlogged groups change, or the owner of what
-    ``choose`` reads says it changed (:meth:`forget_choice`).
-    """
-
-    __slots__ = ("_choose", "_chosen", "_group", "_n", "_on_backlog", "queues")
-
-    def __init__(
-        self,
-        group: Callable[[Request], Hashable],
-        choose: Callable[[list[Hashable]], Hashable] | None = None,
-        on_backlog: Callable[[Hashable, Request], None] | None = None,
-    ) -> None:
-        super().__init__()
-        self._group = group
-        self._choose = choose
-        self._on_backlog = on_backlog
-        self.queues: dict[Hashable, deque[Request]] = {}
-        self._n = 0
-        self._chosen: list[Hashable] = []  # the group served next, when known
-
-    def forget_choice(self) -> None:
-        """What ``choose`` reads changed: choose again when asked."""
-        self._chosen = []
-
-    def __len__(self) -> int:
-        return self._n
-
-    def __bool__(self) -> bool:
-        return self._n > 0
-
-    def __iter__(self) -> Iterator[Request]:
-        """Waiting requests, group by group."""
-        for q in self.queues.values():
-            yield from q
-
-    def group(self, req: Request) -> Hashable:
-        return self._group(req)
-
-    def backlogged(self) -> list[Hashable]:
-        """Groups with waiting requests."""
-        return [g for g, q in self.queues.items() if q]
-
-    def append(self, req: Request) -> None:
-        g = self._group(req)
-        q = self.queues.get(g)
-        if q is None:
-            q = self.queues[g] = deque()
-        if not q:
-            self._chosen = []
-            if self._on_backlog is not None:
-                self._on_backlog(g, req)
-        q.append(req)
-        self._n += 1
-
-    def appendleft(self, req: Request) -> None:
-        """Put ``req`` back at the head of its group (a preempted request)."""
-        g = self._group(req)
-        q = self.queues.setdefault(g, deque())
-        if not q:
-            self._chosen = []
-        q.appendleft(req)
-        self._n += 1
-
-    def peek_group(self, g: Hashable) -> Request:
-        return self.queues[g][0]
-
-    def pop_group(self, g: Hashable) -> Request:
-        """Remove and return the first request of group ``g``."""
-        q = self.queues[g]
-        req = q.popleft()
-        self._n -= 1
-        if not q:
-            self._chosen = []
-        return req
-
-    def next_group(self) -> Hashable:
-        """The group served next (IndexError if every queue is empty)."""
-        chosen = self._chosen
-        if chosen:
-            return chosen[0]
-        groups = self.backlogged()
-        if not groups:
-            raise IndexError("the queue is empty")
-        g = self._choose(groups) if self._choose is not None else groups[0]
-        self._chosen = [g]
-        return g
-
-    def __getitem__(self, i: int) -> Request:
-        """``queue[0]``: the request ``popleft()`` would return."""
-        if i != 0:
-            raise IndexError("only queue[0] (the head) is supported")
-        chosen = self._chosen
-        return self.queues[chosen[0] if chosen else self.next_group()][0]
-
-    def popleft(self) -> Request:
-        """Serve the group ``choose`` picks (default: the first backlogged one)."""
-        chosen = self._chosen
-        return self.pop_group(chosen[0] if chosen else self.next_group())
-
-    def remove(self, req: Request) -> None:
-        q = self.queues.get(self._group(req))
-        if q is None or req not in q:
-            raise ValueError(f"request {req.label} is not queued")
-        q.remove(req)
-        self._n -= 1
-        if not q:
-            self._chosen = []
-
-    def clear(self) -> None:
-        self.queues.clear()
-        self._n = 0
-        self._chosen = []
