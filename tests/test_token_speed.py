@@ -133,3 +133,22 @@ def test_itl_samples_recorded_each_equal_samples_recorded_one_at_a_time():
     for a, b in zip(each.itl_samples(), single.itl_samples(), strict=True):
         np.testing.assert_array_equal(a, b)
         assert a.dtype == b.dtype
+
+
+@pytest.mark.parametrize("name", ["sjf", "srpt", "priority", "edf"])
+def test_kept_decode_entries_are_the_running_order(monkeypatch, name):
+    """A keyed policy's decode entries, kept as requests come and go, are the pairs of its
+    running order each time."""
+    from orcasim.policies.keyed import KeyedPolicy
+    kept = KeyedPolicy.decode_entries
+    calls = []
+
+    def checked(self):
+        entries = kept(self)
+        assert entries == [(r, 1) for r in self.order_running()]
+        calls.append(entries is not self._entries)
+        return entries
+
+    monkeypatch.setattr(KeyedPolicy, "decode_entries", checked)
+    run(KEYED[name], n=400)
+    assert len(calls) > 50 and all(calls)  # (each a copy)

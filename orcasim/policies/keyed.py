@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from orcasim.context import SchedulerContext
 from orcasim.params import ComponentParams
-from orcasim.policies.common import BatchPolicy
+from orcasim.policies.common import ONE, BatchPolicy
 from orcasim.policies.keys import KeyCache
 from orcasim.policies.queues import KeyedQueue
 from orcasim.request import Request
@@ -48,6 +48,10 @@ class KeyedPolicy(BatchPolicy):
         #: admitted and leave: with static keys and no memory limit (no swapping)
         self._ordered: list[Request] | None = (
             [] if self.static_keys and self.mem is None else None)
+        #: ``(request, 1)`` for each of ``_entries_of`` (the running order it mirrors), in
+        #: that order: a decode step's entries (see :meth:`decode_entries`)
+        self._entries: list[tuple[Request, int]] | None = None
+        self._entries_of: list[Request] | None = None
 
     def key(self, req: Request) -> Any:
         """Sort key of ``req`` (smaller runs first); computed when it is queued."""
@@ -106,10 +110,18 @@ class KeyedPolicy(BatchPolicy):
         if ordered is not None:  # after its equals (insort_right), in one look if it is last
             rank = self.rank
             x = rank(req)
+            entries = self._entries if self._entries_of is ordered else None
+            if entries is not None and len(entries) != len(ordered):
+                entries = self._entries = None
             if not ordered or not x < rank(ordered[-1]):
                 ordered.append(req)
+                if entries is not None:
+                    entries.append((req, 1))
             else:
-                ordered.insert(bisect.bisect_right(ordered, x, key=rank), req)
+                at = bisect.bisect_right(ordered, x, key=rank)
+                ordered.insert(at, req)
+                if entries is not None:
+                    entries.insert(at, (req, 1))
 
     def release(self, req: Request) -> None:
         super().release(req)
@@ -117,10 +129,32 @@ class KeyedPolicy(BatchPolicy):
         # (absent if a subclass's admitted() skipped ours: then order() does not use it)
         if ordered is not None:
             try:
-                ordered.remove(req)
+                at = ordered.index(req)
             except ValueError:  # (not in it)
-                ordered = None
+                at = -1
+            if at >= 0:
+                del ordered[at]
+                entries = self._entries
+                if entries is not None and self._entries_of is ordered:
+                    if len(entries) == len(ordered) + 1:
+                        del entries[at]
+                    else:
+                        self._entries = None
         self._keys.pop(req, None)
+
+    def decode_entries(self) -> list[tuple[Request, int]]:
+        """:meth:`BatchPolicy.decode_entries`, from a copy of ``(request, 1)`` pairs kept in
+        the order of the running requests as they are admitted and leave."""
+        ordered = self.order_running()
+        entries = self._entries
+        if (ordered is self._ordered and entries is not None and self._entries_of is ordered
+                and len(entries) == len(ordered)):
+            return entries.copy()
+        fresh = list(zip(ordered, ONE, strict=False))
+        if ordered is self._ordered:  # kept from here on
+            self._entries, self._entries_of = fresh, ordered
+            return fresh.copy()
+        return fresh
 
     def swap_first(self, swapped: Request, head: Request) -> bool:
         """A swapped-out request comes back before ``head`` unless ``head`` has a smaller key."""
