@@ -39,11 +39,12 @@ import simpy
 from pydantic import Field
 
 from orcasim.context import SchedulerContext
-from orcasim.errors import ScenarioError, SimulationError
+from orcasim.errors import ScenarioError
 from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
 from orcasim.policies.base import DecodeOnlyPolicy
 from orcasim.policies.common import MemoryParams
+from orcasim.policies.kv_preempt import KVPreemption
 from orcasim.policies.kv_runs import KVDecodeRuns
 from orcasim.policies.runs import DecodeRuns
 from orcasim.request import Request
@@ -59,7 +60,7 @@ class KVPolicyParams(MemoryParams):
         "last_admitted", description="which running request is preempted")
 
 
-class KVDecodePolicy(KVDecodeRuns, DecodeOnlyPolicy):
+class KVDecodePolicy(KVPreemption, KVDecodeRuns, DecodeOnlyPolicy):
     """A decode-only policy that respects ``ctx.kv`` when the scenario limits KV memory."""
 
     models_kv_memory: ClassVar[bool] = True
@@ -264,92 +265,6 @@ class KVDecodePolicy(KVDecodeRuns, DecodeOnlyPolicy):
             step = self.batch.num_steps
             for req in deferred:
                 growth.join(req, step, max(req.prompt_len, 1) + req.num_output_tokens)
-
-    # -- growth and preemption ------------------------------------------------
-    def _grow_exact(self, due: dict[int, Request]) -> float:
-        """Give the due members their next block one by one, preempting as needed.
-
-        Returns the seconds of swapping the preemptions cost.
-        """
-        growth = self.growth
-        assert growth is not None
-        step = self.batch.num_steps
-        secs = 0.0
-        growth.begin_exact(due)
-        for seq, req in sorted(due.items()):
-            if req._batch_seq != seq:  # preempted earlier in this round
-                continue
-            while not growth.grow_one(req):
-                victim = self._victim()
-                secs += self._preempt(victim)
-                if victim is req:
-                    break
-        growth.end_round(step)
-        return secs
-
-    def _no_progress(self, req: Request) -> SimulationError:
-        kv = self.kv
-        assert kv is not None
-        return SimulationError(
-            f"preemption loop at t={self.ctx.now:.6g}: request {req.label} was preempted with "
-            f"{req.prompt_len} prompt + {req.num_output_tokens} generated tokens, which need "
-            f"{kv.need(req)} KV blocks of {kv.block_size} tokens, but the pool has "
-            f"{kv.capacity_units}: it cannot run even alone, so preempting it again makes "
-            f"no progress"
-        )
-
-    def _victim(self) -> Request:
-        batch = self.batch
-        if self.victim_rule == "last_admitted":
-            v = batch.newest()
-            assert v is not None
-            return v
-        # vLLM's convention: a larger priority value is less important; latest arrival on ties
-        return max(batch, key=lambda r: (r.priority, r.arrival, r.id))
-
-    def _preempt(self, victim: Request) -> float:
-        """Take ``victim`` out of the batch; seconds its swap-out takes (0 for recompute)."""
-        ctx = self.ctx
-        kv = self.kv
-        assert kv is not None
-        if self.growth is not None:
-            self.growth.leave(victim)
-        self.batch.remove(victim)
-        victim.last_token = ctx.last_step_end  # it emitted a token in the last step
-        if self.swap:
-            secs = kv.swap_out(victim)
-            if secs is not None:
-                ctx.preempted(victim, "kv_full")
-                self._swapped.append(victim)
-                return secs
-        # it loses the KV of its prompt and of every generated token but the newest
-        ctx.preempted(victim, "kv_full",
-                      recompute=max(victim.prompt_len, 1) + victim.num_output_tokens - 1)
-        kv.release(victim)
-        ctx.waiting.appendleft(victim)
-        return 0.0
-
-    def _swap_in(self) -> float:
-        """Swap requests back in, first come first served, while they fit; seconds it takes."""
-        kv = self.kv
-        assert kv is not None
-        swapped = self._swapped
-        room = self.room()
-        secs = 0.0
-        while swapped and room > 0:
-            req = swapped[0]
-            if kv.need(req) > kv.capacity_units:
-                raise self._no_progress(req)
-            t = kv.swap_in(req, self.keep_free if self.batch.size else 0)
-            if t is None:
-                self._blocked = True
-                break
-            swapped.popleft()
-            secs += t
-            self.join(req)
-            self._swapped_in.append(req)
-            room -= 1
-        return secs
 
     # -- step effects ---------------------------------------------------------
     def complete_step(self, plan: StepPlan, t_start: float, t_end: float) -> None:
