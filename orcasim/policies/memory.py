@@ -40,10 +40,12 @@ from pydantic import Field
 
 from orcasim.context import SchedulerContext
 from orcasim.errors import ScenarioError
+from orcasim.kv.allocators import PagedAllocator
 from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
 from orcasim.policies.base import DecodeOnlyPolicy
 from orcasim.policies.common import MemoryParams
+from orcasim.policies.kv_admit import KVAdmission
 from orcasim.policies.kv_preempt import KVPreemption
 from orcasim.policies.kv_runs import KVDecodeRuns
 from orcasim.policies.runs import DecodeRuns
@@ -60,7 +62,7 @@ class KVPolicyParams(MemoryParams):
         "last_admitted", description="which running request is preempted")
 
 
-class KVDecodePolicy(KVPreemption, KVDecodeRuns, DecodeOnlyPolicy):
+class KVDecodePolicy(KVAdmission, KVPreemption, KVDecodeRuns, DecodeOnlyPolicy):
     """A decode-only policy that respects ``ctx.kv`` when the scenario limits KV memory."""
 
     models_kv_memory: ClassVar[bool] = True
@@ -94,6 +96,12 @@ class KVDecodePolicy(KVPreemption, KVDecodeRuns, DecodeOnlyPolicy):
             self.growth = DecodeGrowth(kv.alloc)
         self._swapped: deque[Request] = deque()
         self._blocked = False  # a request waited for memory this round
+        kind = type(self)
+        # head-of-line admission into a plain paged pool, counted in one loop (_admit_counted)
+        self._counted = (self.counted_admission and kv.paged and self.head_of_line
+                         and type(kv.alloc) is PagedAllocator and kind.join is KVDecodePolicy.join
+                         and kind.try_join is KVDecodePolicy.try_join
+                         and kind.room is KVDecodePolicy.room)
         # the last request refused for memory, and what says it is refused again without
         # asking the allocator: paged, (it, the blocks it needs, 0, 0): it fits once they
         # and the reserve are free; a reservation, (it, the releases, free units and reserve
@@ -172,83 +180,6 @@ class KVDecodePolicy(KVPreemption, KVDecodeRuns, DecodeOnlyPolicy):
     def room(self) -> int:
         """How many more requests the batch may take (its free batch slots)."""
         return self.ctx.slots.free
-
-    # -- admission ------------------------------------------------------------
-    def try_join(self, req: Request) -> bool | None:
-        """Admit ``req`` if its memory fits: True (joined), False (no room now), None (removed).
-
-        ``req`` must already be out of the waiting queue. A request that can
-        never run is rejected (None); one that does not fit now is left to the
-        caller to put back (False).
-        """
-        kv = self.kv
-        if kv is None:
-            self.join(req)
-            return True
-        m = self._max_len
-        if m is not None and max(req.prompt_len, 1) + req.output_len > m:  # kv.too_long(req)
-            self.ctx.reject(req, "exceeds_max_model_len")
-            return None
-        keep = self.keep_free if self.batch.size else 0
-        miss = self._miss
-        if miss is not None and miss[0] is req and self._refused_again(miss, keep):
-            self._blocked = True
-            return False
-        if not kv.admit(req, keep):
-            need = kv.need(req)
-            if need > kv.capacity_units:  # it never will
-                if req.num_output_tokens == 0:
-                    self.ctx.reject(req, "exceeds_kv_capacity")
-                    return None
-                raise self._no_progress(req)
-            self._blocked = True
-            self._miss = (None if kv.has_getters else (req, need, 0, 0) if kv.paged
-                          else (req, kv.num_releases, kv.free_units, keep))
-            return False
-        self._miss = None
-        self.join(req)
-        return True
-
-    def _refused_again(self, miss: tuple[Request, int, int, int], keep: int) -> bool:
-        """Whether ``kv.admit(miss[0], keep)`` would refuse the last refused request again."""
-        kv: Any = self.kv
-        if kv.has_getters:
-            return False  # the allocator is asked (it refuses behind a get)
-        if kv.paged:  # its need is fixed while it waits: the free blocks decide
-            return miss[1] + keep > kv.alloc.num_free_blocks
-        # nothing was released since it last did not fit
-        return miss[1] == kv.num_releases and kv.free_units <= miss[2] and keep >= miss[3]
-
-    def admit_fcfs(self) -> None:
-        """First come, first served while there is room, per ``kv_admission``."""
-        waiting = self.ctx.waiting
-        room = self.room()
-        if self.head_of_line:
-            miss = self._miss
-            if (miss is not None and waiting and waiting[0] is miss[0]
-                    and self._refused_again(miss, self.keep_free if self.batch.size else 0)):
-                self._blocked = True  # the head waits for memory, as try_join would say
-                return
-            try_join = self.try_join
-            popleft = waiting.popleft
-            while room > 0 and waiting:
-                req = popleft()
-                ok = try_join(req)
-                if ok is False:
-                    waiting.appendleft(req)
-                    return
-                room -= ok is True
-            return
-        skipped = []
-        kv = self.kv
-        while waiting and room > 0 and kv.free_units > 0:  # type: ignore[union-attr]
-            req = waiting.popleft()
-            ok = self.try_join(req)
-            if ok is False:
-                skipped.append(req)
-            room -= ok is True
-        if skipped:
-            waiting.extendleft(reversed(skipped))
 
     def join(self, req: Request) -> None:
         DecodeOnlyPolicy.join(self, req)
