@@ -51,6 +51,14 @@ def run_three(overrides: dict, n: int = 1500, watch: float | None = None,
                     yield env.timeout(stop_at)
                     engine.stop("test_stop")
                 m.env.process(stopper())
+            looped = [0]  # steps of the runs the loop made
+            record_decode_runs = m.recorder.record_decode_runs
+
+            def spy(runs, record=record_decode_runs, looped=looped):
+                looped[0] += sum(r[1] for r in runs)
+                record(runs)
+
+            m.recorder.record_decode_runs = spy
             error = None
             try:
                 m.env.run()
@@ -70,6 +78,7 @@ def run_three(overrides: dict, n: int = 1500, watch: float | None = None,
             "num_started": m.ctx.num_started,
             "seen": seen,
             "error": error,
+            "looped": looped[0],
             "columns": rec.request_columns(),
             "itl": rec.itl_samples(),
             "itl_times": rec.itl_times(),
@@ -132,8 +141,11 @@ def test_loop_equals_policy_runs_and_steps(name):
         assert loop["preemptions"]["num_preemptions"] > 50
     if name != "small_pool":
         assert loop["leaked"] == 0 and len(loop["order"]) == 1500
-    if name == "ample":
-        assert loop["events"] < 10  # the loop made every run: no events at all
+    assert out["runs"]["looped"] == 0
+    if name == "swap":  # a boundary that preempts goes to the engine
+        assert 0 < loop["looped"] < loop["num_steps"]
+    elif name != "small_pool":  # the loop made the steps, preempting too (the engine makes
+        assert loop["looped"] > 0.99 * loop["num_steps"]  # the first after an idle wait)
 
 
 @pytest.mark.parametrize("name", ["ample", "tight", "classes"])

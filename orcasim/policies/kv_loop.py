@@ -6,10 +6,10 @@ without one, plus memory: each boundary grows members by a block (a round of
 while its blocks fit, and each step records the pool's state.
 :class:`KVDecodeLoop` takes run after run of such a batch in one frame, as
 :class:`~orcasim.policies.decode_loop.FcfsDecodeLoop` does without memory,
-while every boundary's growth is covered by the free blocks, nothing is
-swapped out and nothing else is due in SimPy's queue; a boundary that needs
-the exact round (members take their blocks one by one, preempting) goes
-back to the engine and the policy's own path. A run is as long as
+while nothing is swapped out and nothing else is due in SimPy's queue. A
+boundary whose growth the free blocks do not cover takes the policy's exact
+round (members take their blocks one by one, preempting by recompute); with
+``preemption: swap`` it goes back to the engine, which charges the swap time. A run is as long as
 :meth:`~orcasim.policies.kv_runs.KVDecodeRuns.decode_run` would offer (down
 to one step), and its effects are those of the policy's ``complete_run``,
 bit for bit (``tests/test_kv_loop.py`` compares the loop, the policy's runs
@@ -73,7 +73,8 @@ class KVDecodeLoop(FcfsDecodeLoop):
             (KVDecodePolicy, "ready_plan"), (KVDecodePolicy, "_prepare"),
             (KVDecodePolicy, "finished"), (KVDecodePolicy, "join"),
             (KVDecodePolicy, "admit_fcfs"), (KVDecodePolicy, "_admit_counted"),
-            (KVDecodePolicy, "complete_step"), (KVDecodeRuns, "decode_run"),
+            (KVDecodePolicy, "complete_step"), (KVDecodePolicy, "_grow_exact"),
+            (KVDecodePolicy, "_preempt"), (KVDecodePolicy, "_victim"), (KVDecodeRuns, "decode_run"),
             (KVDecodeRuns, "complete_run"), (Continuous, "admit"), (Continuous, "has_room"),
             (DecodeOnlyPolicy, "_complete")))
         return (own and policy._counted and policy.growth is not None and not policy.prefill
@@ -129,6 +130,8 @@ class KVDecodeLoop(FcfsDecodeLoop):
         covered = growth.covered
         leave = growth.leave
         admit = policy.admit
+        swap = policy.swap
+        grow_exact = policy._grow_exact
         inf = float("inf")
         t0 = -1.0
         while True:
@@ -141,13 +144,16 @@ class KVDecodeLoop(FcfsDecodeLoop):
                     j += 1
                 src._next = backlog._hi = j
                 rec.num_arrived += j - i
-            # the boundary's growth (KVDecodePolicy._prepare): short of blocks, the engine
-            # and the policy take it (member by member, preempting)
+            # the boundary's growth (KVDecodePolicy._prepare); short of blocks, member by
+            # member, preempting by recompute (a swap's time goes to the engine's step)
             step = batch.num_steps
             if step != growth.last_round:
                 if len(phases[step % bs]) > alloc.num_free_blocks:
-                    return t0, busy
-                growth.round(step)
+                    if swap:
+                        return t0, busy
+                    grow_exact(growth.round(step))
+                else:
+                    growth.round(step)
             policy._blocked = False
             if (head or backlog._hi > backlog._lo) and slots.count < slots.capacity:
                 admit()  # (KVDecodePolicy.ready_plan)
