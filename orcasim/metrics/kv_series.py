@@ -60,9 +60,9 @@ class KVSeries(BinnedSeries):
         """Steps back to back from ``t_start``, ending at ``ends``: :meth:`add` once per step,
         with ``tokens`` growing by ``size`` per step and ``allocated``/``internal`` per step."""
         t1 = self._t1
-        t1.extend(ends)
-        self._alloc.extend(allocated)
-        self._int.extend(internal)
+        t1.fromlist(ends)  # (from lists: twice as fast as extend)
+        self._alloc.fromlist(allocated)
+        self._int.fromlist(internal)
         self._runs.extend((t_start, len(ends), tokens, size, padding, swapped, blocked))
         if len(t1) >= _BUFFER:
             self.flush(whole=True)

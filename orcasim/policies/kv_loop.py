@@ -73,6 +73,7 @@ class KVDecodeLoop(FcfsDecodeLoop):
             (KVDecodePolicy, "ready_plan"), (KVDecodePolicy, "_prepare"),
             (KVDecodePolicy, "finished"), (KVDecodePolicy, "join"),
             (KVDecodePolicy, "admit_fcfs"), (KVDecodePolicy, "_admit_counted"),
+            (KVDecodePolicy, "_refused_again"), (KVDecodePolicy, "room"),
             (KVDecodePolicy, "complete_step"), (KVDecodePolicy, "_grow_exact"),
             (KVDecodePolicy, "_preempt"), (KVDecodePolicy, "_victim"), (KVDecodeRuns, "decode_run"),
             (KVDecodeRuns, "complete_run"), (Continuous, "admit"), (Continuous, "has_room"),
@@ -129,7 +130,9 @@ class KVDecodeLoop(FcfsDecodeLoop):
         bs = growth.bs
         covered = growth.covered
         leave = growth.leave
-        admit = policy.admit
+        admit = policy._admit_counted
+        keep_free = policy.keep_free
+        refused_again = policy._refused_again
         swap = policy.swap
         grow_exact = policy._grow_exact
         inf = float("inf")
@@ -156,7 +159,13 @@ class KVDecodeLoop(FcfsDecodeLoop):
                     growth.round(step)
             policy._blocked = False
             if (head or backlog._hi > backlog._lo) and slots.count < slots.capacity:
-                admit()  # (KVDecodePolicy.ready_plan)
+                # (KVDecodePolicy.ready_plan, KVAdmission.admit_fcfs)
+                miss = policy._miss
+                if (miss is not None and head and head[0] is miss[0]
+                        and refused_again(miss, keep_free if batch.size else 0)):
+                    policy._blocked = True  # the head is refused again
+                else:
+                    admit(slots.capacity - slots.count)
             size = batch.size
             if not size:
                 return t0, busy
