@@ -149,7 +149,12 @@ class KVAdmission:
         free_slots = batch._free_slots
         step = batch.num_steps
         joined = self._joined
-        grow = self.growth.join  # type: ignore[union-attr]
+        growth: Any = self.growth
+        grow_plan = growth._plan
+        phases = growth.phases
+        grow_events = growth._events
+        grow_early = growth._early
+        early = step > growth.last_round  # its round has not run yet: members join after it
         slots = ctx.slots
         cap = slots.capacity
         max_len = self._max_len
@@ -183,7 +188,8 @@ class KVAdmission:
                 alloc.admit(req)  # (raises: it already holds blocks)
             alloc.num_free_blocks = free - n  # (PagedAllocator.admit)
             held[rid] = n
-            tail = n * bs - (p + req.output_len - 1)
+            output_len = req.output_len
+            tail = n * bs - (p + output_len - 1)  # its final block's unused slots, if it holds it
             if tail >= 0:
                 internal[rid] = tail
                 alloc.internal_slots += tail
@@ -197,7 +203,7 @@ class KVAdmission:
             if req.first_scheduled is None:
                 req.first_scheduled = start
                 started += 1
-            remaining = req.output_len - out  # (DecodeBatch.add)
+            remaining = output_len - out  # (DecodeBatch.add)
             if remaining <= 0:
                 batch.add(req)  # (raises: nothing left to generate)
             seq = batch._next_seq
@@ -214,7 +220,15 @@ class KVAdmission:
                 batch._next_slot += 1
             batch.num_kv_tokens += req.prompt_len + out
             joined.append(req)
-            grow(req, step, p + out)
+            if tail < 0:  # it grows: by phase, first at step first (DecodeGrowth.join)
+                first = step + n * bs + 1 - (p + out)
+                growths = -(tail // bs)  # ceil(-tail / bs)
+                grow_plan[rid] = (n, first, growths, seq, tail + growths * bs)
+                if early:
+                    grow_early.append((first % bs, seq, req))
+                else:
+                    phases[first % bs][seq] = req
+                heappush(grow_events, (first + bs * (growths - 1), seq, req))
             room -= 1
         ctx.num_started += started
         if room < room0:  # (KVPool.admit: the peak, after the last admission)

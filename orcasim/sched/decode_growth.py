@@ -48,6 +48,7 @@ class DecodeGrowth:
         The member grows first at a step in ``(step, step + block_size]``, the
         only one of its phase there; if ``step``'s round has not run yet (a
         process admitted it at the step boundary), it joins its phase after it.
+        (:meth:`~orcasim.policies.kv_admit.KVAdmission._admit_counted` does the same inline.)
         """
         bs = self.bs
         held = self.alloc.held[req.id]
