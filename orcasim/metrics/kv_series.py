@@ -18,7 +18,9 @@ import numpy as np
 from orcasim.metrics.series import BinnedSeries, expand_runs
 
 VALUES = ("tokens", "allocated", "internal", "padding", "free", "stranded", "swapped")
-_BUFFER = 4096
+#: raw steps held before they are binned (whole blocks of this many at a time)
+BUFFER = 4096
+_BUFFER = BUFFER
 #: a run's row: its start, its length, the tokens of its first step and their growth per
 #: step, its padding and swapped slots, and whether free memory was stranded (0 or 1)
 _RUN_FIELDS = 7

@@ -22,6 +22,7 @@ from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any
 
 from orcasim.errors import SimulationError
+from orcasim.metrics.kv_series import BUFFER as KV_BUFFER
 from orcasim.metrics.request_rows import DONE_BLOCK
 from orcasim.policies.decode_loop import FcfsDecodeLoop
 from orcasim.request import RequestState
@@ -125,6 +126,9 @@ class KVDecodeLoop(FcfsDecodeLoop):
         alloc = kv.alloc
         held = alloc.held
         internal = alloc._internal
+        series = kv.series
+        kv_bs = kv.block_size
+        num_blocks = alloc.capacity_units
         growth = self.growth
         phases = growth.phases
         bs = growth.bs
@@ -234,12 +238,27 @@ class KVDecodeLoop(FcfsDecodeLoop):
             t0 = now
             busy = run_busy
             # the run's rounds and memory rows (KVDecodeRuns.complete_run)
-            try:
-                allocated, internals = growth.run_rounds(step, steps - 1)
-            except ValueError as err:
-                raise SimulationError(f"a run of decode steps: {err}") from None
-            kv.observe_run(now, ends, kv_tokens, size, allocated, internals, policy._blocked,
-                           True)
+            if steps > 1:
+                try:
+                    allocated, internals = growth.run_rounds(step, steps - 1)
+                except ValueError as err:
+                    raise SimulationError(f"a run of decode steps: {err}") from None
+                peak = allocated[-1]  # (allocated only grows in a run)
+            else:  # one step: no round (DecodeGrowth.run_rounds of none)
+                peak = (num_blocks - alloc.num_free_blocks) * bs
+                allocated = [peak]
+                internals = [alloc.internal_slots]
+            if series is not None:  # (KVPool.observe_run, KVSeries.add_run)
+                if peak > kv.peak_allocated:
+                    kv.peak_allocated = peak
+                kv_t1 = series._t1
+                kv_t1.fromlist(ends)
+                series._alloc.fromlist(allocated)
+                series._int.fromlist(internals)
+                series._runs.extend((now, steps, kv_tokens, size, alloc.padding_slots,
+                                     kv.num_swap_blocks_used * kv_bs, policy._blocked))
+                if len(kv_t1) >= KV_BUFFER:
+                    series.flush(whole=True)
             # the run's effects (DecodeOnlyPolicy._complete): first tokens, then the members
             # that finish in its last step leave (DecodeBatch.advance), free their blocks
             # (KVDecodePolicy.finished) and end (SchedulerContext.finish_all)
