@@ -46,15 +46,16 @@ class KVPreemption:
         assert growth is not None
         step = self.batch.num_steps
         secs = 0.0
-        growth.begin_exact(due)
-        for seq, req in sorted(due.items()):
-            if req._batch_seq != seq:  # preempted earlier in this round
-                continue
-            while not growth.grow_one(req):
-                victim = self._victim()
-                secs += self._preempt(victim)
-                if victim is req:
-                    break
+        victim_of = self._victim
+        preempt = self._preempt
+
+        def take() -> Request:
+            nonlocal secs
+            victim = victim_of()
+            secs += preempt(victim)
+            return victim
+
+        growth.grow_due(due, take)
         growth.end_round(step)
         return secs
 
