@@ -133,6 +133,8 @@ class KVDecodeLoop(FcfsDecodeLoop):
         phases = growth.phases
         bs = growth.bs
         covered = growth.covered
+        grow_events = growth._events
+        grow_plan = growth._plan
         leave = growth.leave
         admit = policy._admit_counted
         keep_free = policy.keep_free
@@ -155,12 +157,16 @@ class KVDecodeLoop(FcfsDecodeLoop):
             # member, preempting by recompute (a swap's time goes to the engine's step)
             step = batch.num_steps
             if step != growth.last_round:
-                if len(phases[step % bs]) > alloc.num_free_blocks:
+                due = len(phases[step % bs])
+                if due > alloc.num_free_blocks:
                     if swap:
                         return t0, busy
                     grow_exact(growth.round(step))
-                else:
-                    growth.round(step)
+                else:  # (DecodeGrowth.round: the free blocks cover it)
+                    growth.last_round = step
+                    alloc.num_free_blocks -= due
+                    if (grow_events and grow_events[0][0] <= step) or growth._early:
+                        growth.end_round(step)
             policy._blocked = False
             if (head or backlog._hi > backlog._lo) and slots.count < slots.capacity:
                 # (KVDecodePolicy.ready_plan, KVAdmission.admit_fcfs)
@@ -174,11 +180,15 @@ class KVDecodeLoop(FcfsDecodeLoop):
             if not size:
                 return t0, busy
             # how long the batch runs (KVDecodeRuns.decode_run; one step where it offers none)
-            batch.drop_removed()
+            while heap[0][2]._batch_seq != heap[0][1]:  # (DecodeBatch.drop_removed)
+                heappop(heap)
             max_steps = heap[0][0] - step
             room = False
             if max_steps > 1:
-                max_steps = covered(step, max_steps - 1) + 1
+                free = alloc.num_free_blocks  # (DecodeGrowth.covered: at once where the free
+                if (growth._early or len(phases[(step + 1) % bs]) > free  # blocks cover every
+                        or free < len(grow_plan) * ((max_steps - 1) // bs + 1)):  # growth)
+                    max_steps = covered(step, max_steps - 1) + 1
                 if max_steps > 1:
                     free = slots.count < slots.capacity
                     if policy._blocked:  # the head was refused: it is at every boundary
