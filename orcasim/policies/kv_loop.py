@@ -248,16 +248,26 @@ class KVDecodeLoop(FcfsDecodeLoop):
             t0 = now
             busy = run_busy
             # the run's rounds and memory rows (KVDecodeRuns.complete_run)
-            if steps > 1:
-                try:
+            used = num_blocks - alloc.num_free_blocks
+            last = step + steps - 1
+            if steps == 1 or (grow_events and grow_events[0][0] <= last):
+                try:  # (one step: no round; else a member stops growing in the run)
                     allocated, internals = growth.run_rounds(step, steps - 1)
                 except ValueError as err:
                     raise SimulationError(f"a run of decode steps: {err}") from None
-                peak = allocated[-1]  # (allocated only grows in a run)
-            else:  # one step: no round (DecodeGrowth.run_rounds of none)
-                peak = (num_blocks - alloc.num_free_blocks) * bs
-                allocated = [peak]
-                internals = [alloc.internal_slots]
+            else:  # (DecodeGrowth.run_rounds: nobody stops growing, the internal slots stay)
+                allocated = [used * bs]
+                append = allocated.append
+                for r in range(step + 1, last + 1):
+                    used += len(phases[r % bs])
+                    append(used * bs)
+                if used > num_blocks:  # (covered: never)
+                    raise SimulationError(f"a run of decode steps: rounds {step + 1} to {last} "
+                                          "need more blocks than are free")
+                alloc.num_free_blocks = num_blocks - used
+                growth.last_round = last
+                internals = [alloc.internal_slots] * steps
+            peak = allocated[-1]  # (allocated only grows in a run)
             if series is not None:  # (KVPool.observe_run, KVSeries.add_run)
                 if peak > kv.peak_allocated:
                     kv.peak_allocated = peak
@@ -299,8 +309,9 @@ class KVDecodeLoop(FcfsDecodeLoop):
                 kv_left -= m.prompt_len + out
                 heappush(free_slots, m.slot)
                 m.slot = -1
-                leave(m)
                 rid = m.id
+                if rid in grow_plan:  # still growing (DecodeGrowth.leave)
+                    leave(m)
                 alloc.internal_slots -= internal.pop(rid, 0)  # (KVPool.release)
                 alloc.num_free_blocks += held.pop(rid)
                 m.state = FINISHED
