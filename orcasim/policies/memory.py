@@ -27,6 +27,11 @@ the whole pool (rejected, ``exceeds_kv_capacity``), or prompt + output exceeds
 ``max_model_len`` (rejected, ``exceeds_max_model_len``). A preempted request
 that no longer fits even in an empty pool would be preempted forever: the run
 ends with a :class:`~orcasim.errors.SimulationError` saying so.
+
+Admission lives in :mod:`orcasim.policies.kv_admit`, growth, preemption and
+swap-in in :mod:`orcasim.policies.kv_preempt`, runs of unchanged steps in
+:mod:`orcasim.policies.kv_runs`; for ``continuous`` in a paged pool the
+engine takes run after run in :mod:`orcasim.policies.kv_loop`.
 """
 
 from __future__ import annotations
