@@ -174,8 +174,8 @@ class KVDecodeLoop(FcfsDecodeLoop):
                 if (miss is not None and head and head[0] is miss[0]
                         and refused_again(miss, keep_free if batch.size else 0)):
                     policy._blocked = True  # the head is refused again
-                else:
-                    admit(slots.capacity - slots.count)
+                elif not admit(slots.capacity - slots.count):
+                    return t0, busy  # (something else takes part: the policy's own path)
             size = batch.size
             if not size:
                 return t0, busy
@@ -190,11 +190,11 @@ class KVDecodeLoop(FcfsDecodeLoop):
                         or free < len(grow_plan) * ((max_steps - 1) // bs + 1)):  # growth)
                     max_steps = covered(step, max_steps - 1) + 1
                 if max_steps > 1:
-                    free = slots.count < slots.capacity
+                    open_slot = slots.count < slots.capacity
                     if policy._blocked:  # the head was refused: it is at every boundary
-                        if not free:
+                        if not open_slot:
                             max_steps = 1
-                    elif free and (head or backlog._hi > backlog._lo):
+                    elif open_slot and (head or backlog._hi > backlog._lo):
                         max_steps = 1  # (not tried at this boundary)
                     else:
                         room = size < max_batch  # (Continuous.has_room)
