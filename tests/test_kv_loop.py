@@ -18,6 +18,7 @@ import orcasim
 from orcasim.engine import Engine
 from orcasim.errors import SimulationError
 from orcasim.policies.kv_loop import KVDecodeLoop
+from orcasim.policies.kv_preempt import KVPreemption
 from orcasim.simulation import build_model, generate_workload
 from tests.test_batch_runs import assert_identical
 
@@ -160,3 +161,22 @@ def test_a_hard_stop_after_loop_runs(name):
     out = run_three(SCENARIOS[name], n=400, stop_at=7.001)
     assert_three_identical(out)
     assert "test_stop" in set(out["loop"]["columns"]["reason"])
+
+
+def test_preemption_in_place_equals_the_policys_victim_and_preempt(monkeypatch):
+    """The exact round's preemptions by recompute of the last admitted, done in place,
+    against :meth:`_victim` and :meth:`_preempt` one by one."""
+    fast = run_three(SCENARIOS["tight"], n=800)["loop"]
+
+    def generic(self):
+        def take():
+            victim = self._victim()
+            self._preempt(victim)
+            return victim
+        return take
+
+    monkeypatch.setattr(KVPreemption, "_recompute_newest", generic)
+    slow = run_three(SCENARIOS["tight"], n=800)
+    assert_three_identical(slow)
+    assert_identical(slow["loop"], fast)
+    assert fast["preemptions"]["num_preemptions"] > 100

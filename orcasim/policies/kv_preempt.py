@@ -11,6 +11,8 @@ by recompute or swap; swapped-out requests come back first come, first served
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
+from heapq import heappush
 from typing import TYPE_CHECKING, Any
 
 from orcasim.batch import DecodeBatch
@@ -45,6 +47,10 @@ class KVPreemption:
         growth = self.growth
         assert growth is not None
         step = self.batch.num_steps
+        if not self.swap and self.victim_rule == "last_admitted":
+            growth.grow_due(due, self._recompute_newest())
+            growth.end_round(step)
+            return 0.0
         secs = 0.0
         victim_of = self._victim
         preempt = self._preempt
@@ -58,6 +64,48 @@ class KVPreemption:
         growth.grow_due(due, take)
         growth.end_round(step)
         return secs
+
+    def _recompute_newest(self) -> Callable[[], Request]:
+        """What preempts for :meth:`_grow_exact` with the defaults (the last admitted, by
+        recompute): :meth:`_victim` and :meth:`_preempt`, with the batch's ``remove`` and the
+        pool's ``release`` done in place."""
+        batch = self.batch
+        members = batch._members
+        free_slots = batch._free_slots
+        ctx = self.ctx
+        kv = self.kv
+        alloc = kv.alloc
+        held = alloc.held
+        internal = alloc._internal
+        leave = self.growth.leave  # type: ignore[union-attr]
+        preempted = ctx.preempted
+        released = kv._released
+        requeue = ctx.waiting.appendleft
+
+        def take() -> Request:
+            victim = members[next(reversed(members))]  # (DecodeBatch.newest)
+            leave(victim)
+            # (DecodeBatch.remove) its generated tokens written back, its slot freed
+            victim.num_output_tokens = out = victim.output_len - (victim._done_at
+                                                                  - batch.num_steps)
+            del members[victim._batch_seq]
+            batch.size -= 1
+            victim._batch_seq = -1
+            batch.num_kv_tokens -= victim.prompt_len + out
+            heappush(free_slots, victim.slot)
+            victim.slot = -1
+            victim.last_token = ctx.last_step_end  # it emitted a token in the last step
+            # it loses the KV of its prompt and of every generated token but the newest
+            p = victim.prompt_len
+            preempted(victim, "kv_full", recompute=(p if p > 0 else 1) + out - 1)
+            rid = victim.id  # (KVPool.release)
+            alloc.internal_slots -= internal.pop(rid, 0)
+            alloc.num_free_blocks += held.pop(rid)
+            released()
+            requeue(victim)
+            return victim
+
+        return take
 
     def _no_progress(self, req: Request) -> SimulationError:
         kv = self.kv
