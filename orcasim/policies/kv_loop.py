@@ -138,6 +138,7 @@ class KVDecodeLoop(FcfsDecodeLoop):
         leave = growth.leave
         admit = policy._admit_counted
         keep_free = policy.keep_free
+        max_len = policy._max_len
         refused_again = policy._refused_again
         swap = policy.swap
         grow_exact = policy._grow_exact
@@ -171,9 +172,22 @@ class KVDecodeLoop(FcfsDecodeLoop):
             if (head or backlog._hi > backlog._lo) and slots.count < slots.capacity:
                 # (KVDecodePolicy.ready_plan, KVAdmission.admit_fcfs)
                 miss = policy._miss
-                if (miss is not None and head and head[0] is miss[0]
-                        and refused_again(miss, keep_free if batch.size else 0)):
-                    policy._blocked = True  # the head is refused again
+                keep = keep_free if batch.size else 0
+                first = head[0] if head else None  # a request put back (refused, preempted)
+                if first is not None and first is (miss[0] if miss is not None else None):
+                    if refused_again(miss, keep):  # type: ignore[index]
+                        policy._blocked = True  # the head is refused again
+                    elif not admit(slots.capacity - slots.count):
+                        return t0, busy
+                elif first is not None and (max_len is None or max(first.prompt_len, 1)
+                                            + first.output_len <= max_len):
+                    p = first.prompt_len
+                    need = -(-((p if p > 0 else 1) + first.num_output_tokens) // bs)
+                    if need + keep > alloc.num_free_blocks and need <= num_blocks:
+                        policy._blocked = True  # refused for now (try_join)
+                        policy._miss = (first, need, 0, 0)
+                    elif not admit(slots.capacity - slots.count):
+                        return t0, busy
                 elif not admit(slots.capacity - slots.count):
                     return t0, busy  # (something else takes part: the policy's own path)
             size = batch.size
