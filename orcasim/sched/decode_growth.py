@@ -133,16 +133,19 @@ class DecodeGrowth:
             internals = [alloc.internal_slots] * (k + 1)
         else:
             stop = ev[0][0]  # the next round where a member stops growing
+            internal = alloc.internal_slots
             allocated = [used * bs]
-            internals = [alloc.internal_slots]
+            internals = [internal]
+            append, append_internal = allocated.append, internals.append
             for s in range(step + 1, last + 1):
                 used += len(phases[s % bs])
                 if s >= stop:
                     alloc.num_free_blocks = num_blocks - used
                     self.end_round(s)
                     stop = ev[0][0] if ev else last + 1
-                allocated.append(used * bs)
-                internals.append(alloc.internal_slots)
+                    internal = alloc.internal_slots
+                append(used * bs)
+                append_internal(internal)
         if used > num_blocks:
             raise ValueError(f"rounds {step + 1} to {last} need more blocks than are free")
         alloc.num_free_blocks = num_blocks - used
