@@ -39,7 +39,8 @@ engine's step, a hard stop) makes it wait as usual, so every process sees
 the same clock and state as step by step.
 
 For ``continuous`` without memory limits on such a source, the engine
-hands each boundary to :class:`~orcasim.policies.decode_loop.FcfsDecodeLoop`,
+hands each boundary to :class:`~orcasim.policies.decode_loop.FcfsDecodeLoop`
+(with a paged memory limit, :class:`~orcasim.policies.kv_loop.KVDecodeLoop`),
 which takes run after run in one frame (admissions, the run's step ends, its
 finishers and its rows) while nothing else is due, and gives a boundary back
 to the engine's own path when something is.
@@ -63,6 +64,7 @@ from orcasim.latency.base import LatencyModel
 from orcasim.plan import StepPlan
 from orcasim.policies.base import Policy
 from orcasim.policies.decode_loop import FcfsDecodeLoop
+from orcasim.policies.kv_loop import KVDecodeLoop
 from orcasim.sim_events import SETTLE, Until, happened, settle
 from orcasim.source import OpenLoopSource
 
@@ -106,7 +108,9 @@ class Engine:
                 and (type(ctx.waiting) is deque or getattr(ctx.waiting, "takes_releases", False))):
             ctx.source.release_lazily()  # type: ignore[union-attr]
         #: whole runs of a first-come-first-served decode batch in one loop, where it applies
-        self._loop = FcfsDecodeLoop(self) if FcfsDecodeLoop.applies(self) else None
+        self._loop: FcfsDecodeLoop | None = (
+            FcfsDecodeLoop(self) if FcfsDecodeLoop.applies(self)
+            else KVDecodeLoop(self) if KVDecodeLoop.applies(self) else None)
         self.process = env.process(self.run())
         for proc in policy.processes():
             env.process(proc)
