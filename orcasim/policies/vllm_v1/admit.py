@@ -36,14 +36,18 @@ class Admission(PolicyState):
 
     def _admit(self, budget: int, threshold: int, entries: list[list[Any]],
                scheduled: dict[int, list[Any]], preempted: list[Request],
-               pending: list[list[Any]], num_lazy: int, num_decode: int) -> StepOutput:
+               pending: list[list[Any]], num_tokens: int, num_emits: int,
+               num_decode: int) -> StepOutput:
         """The rest of a schedule call, after the running requests: admissions from the
-        queue (none after a preemption), then every entry's computed tokens advanced."""
+        queue (none after a preemption), then every entry's computed tokens advanced.
+
+        ``num_tokens``, ``num_emits`` and ``num_decode`` count the entries already
+        advanced (not in ``pending``): their tokens, those that sample, and the decodes.
+        """
         kv, seqs, running = self.kv, self.seqs, self.running
         waiting = self.ctx.waiting
         limits = self._limits
         max_num_seqs = limits[4]
-        num_tokens = num_emits = 0
         if not preempted and budget > 0 and waiting and len(running) < max_num_seqs:
             skipped: list[Request] = []
             p = self.params
@@ -115,8 +119,6 @@ class Admission(PolicyState):
 
         # advance the computed tokens now, so the next step can be scheduled at once
         priority, use_placeholders = limits[5], limits[3]
-        num_tokens += num_lazy
-        num_emits += num_lazy
         if priority:
             entries = list(scheduled.values())
         for e in entries if priority else pending:
@@ -138,6 +140,83 @@ class Admission(PolicyState):
             elif c >= seq.num_prompt + req.num_output_tokens:
                 e[4] = True
                 num_emits += 1
+        self._finished_since_schedule = False
+        out = StepOutput(entries, preempted, self._arrivals, num_tokens)
+        out.num_decode = num_decode
+        out.num_emits = num_emits
+        self._arrivals = []
+        return out
+
+    def _admit_fcfs(self, budget: int, threshold: int, entries: list[list[Any]],
+                    preempted: list[Request], num_tokens: int, num_emits: int,
+                    num_decode: int) -> StepOutput:
+        """:meth:`_admit` under synchronous FCFS scheduling, where every entry is advanced
+        when it is scheduled: nothing is in flight (no stale request to skip, no pass at
+        the end) and an admission is listed in order."""
+        running = self.running
+        waiting = self.ctx.waiting
+        max_num_seqs = self._limits[4]
+        if not preempted and budget > 0 and waiting and len(running) < max_num_seqs:
+            kv, seqs = self.kv, self.seqs
+            p = self.params
+            chunked = p.enable_chunked_prefill
+            reserve = p.scheduler_reserve_full_isl
+            caching = kv.enable_caching
+            pool = kv.pool
+            tables = kv.tables
+            admit = self.ctx.admit
+            append = entries.append
+            while True:
+                req = waiting[0]
+                seq = seqs[req.id]
+                num_out = req.num_output_tokens
+                refused = self._refused  # refused again with nothing changed (see _admit)
+                if refused is not None and refused[0] is req and refused == (
+                        req, num_out, pool.version, budget, threshold, bool(running)):
+                    break
+                hit, num_hit = kv.get_computed_blocks(req) if caching else _NO_HIT
+                num_prompt = seq.num_prompt
+                known = num_prompt + num_out  # req.num_tokens
+                n = known - num_hit
+                if 0 < threshold < n:
+                    n = threshold
+                if n > budget:
+                    if not chunked:
+                        self._refused = (req, num_out, pool.version, budget, threshold,
+                                         bool(running))
+                        break
+                    n = budget
+                watermark = self.watermark_blocks if running else 0
+                if not (kv.allocate_fresh(req, n, reserve, watermark) if not hit
+                        and req.id not in tables else
+                        kv.allocate_slots(req, n, hit, num_hit, full_sequence_must_fit=reserve,
+                                          watermark_blocks=watermark) is not None):
+                    self._refused = (req, num_out, pool.version, budget, threshold,
+                                     bool(running))
+                    break
+                waiting.popleft()
+                running.append(req)
+                if req.num_preemptions:
+                    kind = KIND_RESUMED
+                else:
+                    kind = KIND_NEW
+                    self.num_prompt_tokens_admitted += req.prompt_len
+                    self.num_prefix_hit_tokens += min(num_hit, req.prompt_len)
+                c = num_hit + n
+                emits = c >= known
+                append([req, n, num_hit, kind, emits])
+                budget -= n
+                seq.status = RUNNING
+                req.num_computed_tokens = num_hit
+                admit(req)
+                req.num_computed_tokens = c
+                num_tokens += n
+                if emits:
+                    num_emits += 1
+                if n == 1 and num_hit >= num_prompt:
+                    num_decode += 1
+                if budget <= 0 or not waiting or len(running) >= max_num_seqs:
+                    break
         self._finished_since_schedule = False
         out = StepOutput(entries, preempted, self._arrivals, num_tokens)
         out.num_decode = num_decode

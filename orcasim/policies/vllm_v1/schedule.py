@@ -35,6 +35,7 @@ class Scheduling(PolicyState):
     _limits: tuple[Any, ...]
     _fit: tuple[int, int, int]
     _admit: Any  # Admission._admit
+    _admit_fcfs: Any  # Admission._admit_fcfs
     _lazy: bool
     _schedule_lazily: Any  # LazyDecode._schedule_lazily
 
@@ -153,6 +154,8 @@ class Scheduling(PolicyState):
         # the configuration (fixed for the run), read once per call
         (budget, last_slot, threshold, use_placeholders, _, priority, tables,
          num_cached, append_block, bs, caching) = self._limits
+        if not (priority or use_placeholders):
+            return self._schedule_fcfs()
         if threshold and len(running) + len(waiting) <= 1:
             threshold = 0
         # entries [req, n, start, kind, emits] in order; under priority a victim's entry is
@@ -281,4 +284,68 @@ class Scheduling(PolicyState):
                 i += 1
 
         return self._admit(budget, threshold, entries, scheduled, preempted, pending,
-                           num_lazy, num_decode)
+                           num_lazy, num_lazy, num_decode)
+
+    def _schedule_fcfs(self) -> StepOutput:
+        """:meth:`_schedule` under synchronous FCFS scheduling: no placeholders (nothing is
+        in flight at a schedule call), and every entry advanced as soon as it is scheduled
+        (a victim comes from the end of the running list, after the request being
+        scheduled, and the iteration stops at a request preempted itself)."""
+        kv, running = self.kv, self.running
+        (budget, last_slot, threshold, _, _, _, tables, num_cached, append_block, bs,
+         caching) = self._limits
+        if threshold and len(running) + len(self.ctx.waiting) <= 1:
+            threshold = 0
+        entries: list[list[Any]] = []
+        append = entries.append
+        preempted: list[Request] = []
+        num_tokens = num_emits = num_decode = 0
+        for req in running:
+            if budget <= 0:
+                break
+            computed = req.num_computed_tokens
+            num_prompt = req.prompt_len or 1  # seq.num_prompt
+            known = num_prompt + req.num_output_tokens  # req.num_tokens
+            n = known - computed
+            if n == 1 and computed < last_slot and (len(tables[req.id]) * bs > computed
+                                                     or append_block(req)):
+                # the lazy decode path: its slot is in a block it holds, or starts a block
+                # that it took (what allocate_slots would do); only a block of known tokens
+                # just filled is cached. It computes its last known token: it samples.
+                computed += 1
+                if caching and computed // bs > num_cached.get(req.id, 0):
+                    kv.cache_blocks(req, computed)
+                budget -= 1
+                append([req, 1, computed - 1, KIND_RUNNING, True])
+                req.num_computed_tokens = computed
+                num_tokens += 1
+                num_emits += 1
+                if computed > num_prompt:
+                    num_decode += 1
+                continue
+            if 0 < threshold < n:
+                n = threshold
+            n = min(n, budget, last_slot - computed)
+            if n <= 0:
+                continue
+            while kv.allocate_slots(req, n) is None:
+                victim = running.pop()
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is req:
+                    break
+            else:
+                c = computed + n
+                emits = c >= known
+                append([req, n, computed, KIND_RUNNING, emits])
+                req.num_computed_tokens = c
+                budget -= n
+                num_tokens += n
+                if emits:
+                    num_emits += 1
+                if n == 1 and computed >= num_prompt:
+                    num_decode += 1
+                continue
+            break  # it was preempted itself: nothing after it runs
+        return self._admit_fcfs(budget, threshold, entries, preempted, num_tokens, num_emits,
+                                num_decode)
