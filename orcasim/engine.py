@@ -52,7 +52,8 @@ request is aborted, and the engine runs no more steps.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable
+from typing import Any
 
 import simpy
 
@@ -157,7 +158,7 @@ class Engine:
         Each end is the previous one plus the step's latency, in the order the
         step-by-step engine adds them.
         """
-        size, kv, max_steps, room = run
+        size, kv, max_steps, room = run[:4]
         t = t0 + dt
         busy += dt
         ends = [t]
@@ -199,6 +200,69 @@ class Engine:
                             break
                         kv += size
         return ends, busy
+
+    def _chain_ends(self, ends: list[float], busy: float,
+                    chain: Iterable[tuple[int, int, int]]) -> tuple[list[tuple[int, int]], float]:
+        """Extend a run's ``ends`` with the runs the policy chains after its finishes
+        (``(size, kv, steps)`` each, ``kv`` the KV tokens of the first step), each step
+        timed as a decode step of its batch, up to the first end at or after the next
+        arrival: ``([(size, steps)] of the runs added, busy time)``."""
+        limit = self.ctx.source.next_arrival()  # type: ignore[union-attr]
+        if limit is None:
+            limit = float("inf")
+        t = ends[-1]
+        added: list[tuple[int, int]] = []
+        if t >= limit:
+            return added, busy
+        append = ends.append
+        latency = self.latency
+        by_aggregates = latency.decode_by_aggregates
+        for size, kv, steps in chain:
+            coef = self._coef.get(size, ())
+            if coef == ():
+                coef = self._coef[size] = latency.decode_coefficients(size)
+            if coef is None and not by_aggregates:
+                break  # the model may read the listed requests: the engine's way
+            a = c = 0.0
+            if coef is not None and coef[0] > 0.0:
+                a, c = coef
+                step = None
+            else:
+                step = self._step.get(size, ())
+                if step == ():
+                    step = self._step[size] = latency.decode_step(size)
+                if step is None:
+                    step = self._plan_step(size)
+            k = 0
+            while k < steps:
+                d = a + c * kv if step is None else step(kv)
+                if not d > 0.0:
+                    raise SimulationError(
+                        f"latency model {latency.type_name!r} returned a step time of {d!r} "
+                        "s; it must be > 0")
+                t += d
+                busy += d
+                append(t)
+                k += 1
+                if t >= limit:
+                    break
+                kv += size
+            added.append((size, k))
+            if t >= limit:
+                break
+        return added, busy
+
+    def _record_chain(self, t0: float, ends: list[float], waits: list[int], plan: StepPlan,
+                      run: tuple[Any, ...], chained: list[tuple[int, int]]) -> None:
+        """Record a run and the runs chained after it, one row each (as run by run)."""
+        record_run = self.ctx.recorder.record_run
+        k = run[2]
+        record_run(t0, ends[:k], plan.num_seqs, (plan.num_tokens, run[0]), waits[:k],
+                   (plan.num_itl_tokens, run[0]))
+        for size, steps in chained:
+            record_run(ends[k - 1], ends[k:k + steps], size, (size, size), waits[k:k + steps],
+                       (size, size))
+            k += steps
 
     def _plan_step(self, size: int) -> Callable[[int], float]:
         """The latency of a decode step of ``size`` sequences reading ``kv`` KV tokens, from
@@ -331,8 +395,17 @@ class Engine:
                         run = None  # the model may read the listed requests: step by step
                 if run is not None:  # the batch runs unchanged for len(ends) steps
                     ends, run_busy = self._run_ends(t0, dt, busy, run)
+                    chained = None
+                    if len(run) > 4 and skip and len(ends) == run[2]:  # runs after finishes
+                        chained, run_busy = self._chain_ends(ends, run_busy, run[4])
                     waits = src.queued_by(num_waiting, ends)  # type: ignore[union-attr]
                     t1 = ends[-1]
+                    if chained and queue and queue[0][0] <= t1:  # something else comes first
+                        del ends[run[2]:]
+                        waits = waits[:run[2]]
+                        _, run_busy = self._run_ends(t0, dt, busy, run)
+                        chained = None
+                        t1 = ends[-1]
                     ctx.busy_until = t1
                     if skip and (not queue or queue[0][0] > t1):
                         env._now = t1  # nothing else happens before t1: SimPy's next event is
@@ -343,8 +416,11 @@ class Engine:
                         self._run = None
                     complete_run(plan, ends)  # the policy takes the run, then the recorder
                     ctx.last_step_end = t1
-                    record_run(t0, ends, plan.num_seqs, (plan.num_tokens, run[0]), waits,
-                               (plan.num_itl_tokens, run[0]))
+                    if chained:
+                        self._record_chain(t0, ends, waits, plan, run, chained)
+                    else:
+                        record_run(t0, ends, plan.num_seqs, (plan.num_tokens, run[0]), waits,
+                                   (plan.num_itl_tokens, run[0]))
                     prev_end = t1
                     self.busy_time = busy = run_busy
                     continue

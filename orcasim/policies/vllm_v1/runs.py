@@ -17,6 +17,7 @@ step by step. ``tests/test_vllm_v1_runs.py`` compares both.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from operator import attrgetter, sub
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,10 @@ _output_len = attrgetter("output_len")
 _num_output = attrgetter("num_output_tokens")
 
 
+#: runs chained after one run's finishes at most
+MAX_CHAIN = 64
+
+
 def _count_crossings(firsts: list[int], steps: int, block_size: int) -> int:
     """Blocks the run's follow-on steps ``1..steps`` take, each request crossing first at ``j``."""
     n = 0
@@ -44,6 +49,9 @@ def _count_crossings(firsts: list[int], steps: int, block_size: int) -> int:
 class VllmRuns(PolicyState):
     """Decode runs of the vllm-v1 policy (mixed into ``VllmV1``)."""
 
+    #: chain the runs that follow a run's finishes while nobody waits into one engine run
+    #: (off: the engine takes each run after a finish as a run of its own)
+    chain_runs: bool = True
     _runs: bool
     _current: StepOutput | None
     _update_at_end: bool
@@ -54,7 +62,11 @@ class VllmRuns(PolicyState):
     _group: Any  # DecodeGroup
     _steady: Any  # LazyDecode._steady
     _complete_group_run: Any  # LazyDecode._complete_group_run
-    _retire: Any  # Scheduling._retire
+    _retire: Any  # Output._retire
+    #: decode_run's runs after the run's finishes: (the run's steps, [(size, kv, steps)])
+    _chain: tuple[int, list[tuple[int, int, int]]] | None = None
+    _schedule_lazily: Any  # LazyDecode._schedule_lazily
+    _plan: Any  # Output._plan
 
     def decode_run(self, plan: StepPlan | None = None) -> tuple[int, int, int, bool] | None:
         """After ``plan``, how many all-decode steps follow unchanged: ``(size, kv, steps, True)``.
@@ -98,6 +110,7 @@ class VllmRuns(PolicyState):
         else:
             left = g.heap[0][0] - g.count + 1
         free = self.kv.pool.free_queue.num_free_blocks
+        by_finish = left
         if left > 1 and size * (1 + (left - 2) // bs) > free:  # the blocks may not last
             # follow-on step j computes token C + j - 1: a new block when it starts one
             firsts = [1 + (-c) % bs for c in map(_computed, listed)]
@@ -113,7 +126,70 @@ class VllmRuns(PolicyState):
                         hi = mid - 1
                 left = lo + 1
         self._run_t0 = self.ctx.env._now
+        self._chain = None
+        if left == by_finish and self._lazy and self.chain_runs and self._chainable():
+            chain: list[tuple[int, int, int]] = []  # the runs the engine took from the generator
+            self._chain = (left, chain)
+            return (size, plan.num_kv_tokens + plan.num_tokens, left, True,
+                    self._chain_after(listed, left, free, bs, max_len, chain))
         return size, plan.num_kv_tokens + plan.num_tokens, left, True
+
+    def _chainable(self) -> bool:
+        """Whether a finish inside a run changes nothing but the batch: nobody waits, and
+        nobody listens to finishes, freed slots or freed memory."""
+        ctx = self.ctx
+        pool = self.pool
+        slots = ctx.slots
+        return (not ctx.waiting and ctx.on_end is None and not slots._getters
+                and slots._freed is None
+                and (pool is None or (pool._freed is None and not pool._getters)))
+
+    def _chain_after(self, listed: list[Request], left: int, free: int, bs: int, max_len: int,
+                     chain: list[tuple[int, int, int]]) -> Iterator[tuple[int, int, int]]:
+        """The runs that follow the run's finishes while nobody waits: ``(size, kv, steps)``
+        each, ``kv`` the KV tokens of its first step (the decode group's step), made as the
+        engine asks for them (up to the next arrival) and kept in ``chain``.
+
+        The group's members (the listed requests join it after the first step, based
+        on the count after it, ``C``) each sample their last token at a count ``L``
+        (:meth:`DecodeGroup.join`); the first run ends at the least. A following run
+        starts with the members left, each decoding from ``base + L`` computed tokens,
+        and ends at the next least ``L``. Blocks freed by finishers are not counted:
+        the runs go on while the crossings of all of them fit in the free blocks.
+        """
+        g = self._group
+        count = g.count
+        seqs = self.seqs
+        items = [(last, seqs[req.id].base) for last, _, req in g.heap]
+        for r in listed:
+            base = r.num_computed_tokens - count
+            items.append((min(r.output_len + (r.prompt_len or 1), max_len) - 1 - base, base))
+        items.sort()
+        n = len(items)
+        total = sum(b for _, b in items)
+        # the crossings of the first run's follow-on steps (counts count .. end - 1 before
+        # each): a member takes a block when base + count is a multiple of bs
+        end = count + left - 1  # the count the first run ends at
+        used = 0
+        for _, b in items:
+            used += (end - 1 + b) // bs - (count - 1 + b) // bs
+        i = 0
+        while len(chain) < MAX_CHAIN:
+            while i < len(items) and items[i][0] == end:  # this run's finishers leave
+                total -= items[i][1]
+                n -= 1
+                i += 1
+            if not n:
+                break
+            nxt = items[i][0]
+            for _, b in items[i:]:  # counts end .. nxt - 1 before each step
+                used += (nxt - 1 + b) // bs - (end - 1 + b) // bs
+            if used > free:
+                break
+            run = (n, total + n * end, nxt - end)
+            chain.append(run)
+            yield run
+            end = nxt
 
     def _run_output(self, plan: StepPlan, ends: list[float]) -> tuple[StepOutput, float, float]:
         """The output of the run's first step, taken here rather than at its end: ``(output,
@@ -124,6 +200,37 @@ class VllmRuns(PolicyState):
         t1, prev_end = ends[0], self.ctx.last_step_end
         out.t_end, out.prev_end = t1, prev_end
         return out, t1, prev_end
+
+    def _complete_chain(self, plan: StepPlan, ends: list[float], first: int,
+                        chain: list[tuple[int, int, int]]) -> None:
+        """:meth:`complete_run` of a run and the runs chained after its finishes
+        (:meth:`_chain_after`), each as the step-by-step engine takes it: the run's steps,
+        then at its end the next schedule call (the decode group's step, nobody waiting)
+        and its steps, up to the last end the engine gives."""
+        ctx = self.ctx
+        self._complete_part(plan, ends[:first], self._run_t0)
+        pos = first
+        k = len(ends)
+        for n, _, steps in chain:
+            if pos >= k:
+                break
+            t0 = ends[pos - 1]
+            ctx.last_step_end = t0
+            out = self._schedule_lazily()
+            if out is None or out.num_group != n or out.entries:
+                raise AssertionError("a chained run is not the decode group's")
+            self._update_at_end = True
+            self._current = out
+            self._complete_part(self._plan(out), ends[pos:pos + steps], t0)
+            pos += steps
+
+    def _complete_part(self, plan: StepPlan, ends: list[float], t0: float) -> None:
+        """One run of a chain from ``t0``: a step, or the group's run."""
+        if len(ends) == 1:
+            self.complete_step(plan, t0, ends[0])
+        else:
+            self._run_t0 = t0
+            self._complete_group_run(plan, ends)
 
     def complete_run(self, plan: StepPlan, ends: list[float]) -> None:
         """``plan``, then ``len(ends) - 1`` all-decode steps, as :meth:`complete_step` each.
@@ -141,6 +248,10 @@ class VllmRuns(PolicyState):
         a request holds, and a cache entry needs only hashes of earlier steps.
         """
         k = len(ends)
+        chain, self._chain = self._chain, None
+        if chain is not None and k > chain[0]:
+            self._complete_chain(plan, ends, chain[0], chain[1])
+            return
         if k == 1:
             self.complete_step(plan, self._run_t0, ends[0])
             return
