@@ -66,6 +66,7 @@ class VllmRuns(PolicyState):
     #: decode_run's runs after the run's finishes: (the run's steps, [(size, kv, steps)])
     _chain: tuple[int, list[tuple[int, int, int]]] | None = None
     _schedule_lazily: Any  # LazyDecode._schedule_lazily
+    _retire_finished: Any  # LazyDecode._retire_finished
     _plan: Any  # Output._plan
 
     def decode_run(self, plan: StepPlan | None = None) -> tuple[int, int, int, bool] | None:
@@ -154,8 +155,9 @@ class VllmRuns(PolicyState):
         on the count after it, ``C``) each sample their last token at a count ``L``
         (:meth:`DecodeGroup.join`); the first run ends at the least. A following run
         starts with the members left, each decoding from ``base + L`` computed tokens,
-        and ends at the next least ``L``. Blocks freed by finishers are not counted:
-        the runs go on while the crossings of all of them fit in the free blocks.
+        and ends at the next least ``L``. Blocks are counted at most: a member takes at
+        most ``1 + (steps - 1) // block_size`` in ``steps`` steps and finishers free none,
+        and the runs go on while the blocks of all of them fit in the free ones.
         """
         g = self._group
         count = g.count
@@ -166,30 +168,26 @@ class VllmRuns(PolicyState):
             items.append((min(r.output_len + (r.prompt_len or 1), max_len) - 1 - base, base))
         items.sort()
         n = len(items)
-        total = sum(b for _, b in items)
-        # the crossings of the first run's follow-on steps (counts count .. end - 1 before
-        # each): a member takes a block when base + count is a multiple of bs
+        total = sum([b for _, b in items])
         end = count + left - 1  # the count the first run ends at
-        used = 0
-        for _, b in items:
-            used += (end - 1 + b) // bs - (count - 1 + b) // bs
+        used = n * (1 + (left - 2) // bs)  # the first run's follow-on steps' blocks at most
         i = 0
         while len(chain) < MAX_CHAIN:
-            while i < len(items) and items[i][0] == end:  # this run's finishers leave
-                total -= items[i][1]
+            last, b = items[i]
+            while last == end:  # this run's finishers leave
+                total -= b
                 n -= 1
                 i += 1
-            if not n:
-                break
-            nxt = items[i][0]
-            for _, b in items[i:]:  # counts end .. nxt - 1 before each step
-                used += (nxt - 1 + b) // bs - (end - 1 + b) // bs
+                if not n:
+                    return
+                last, b = items[i]
+            used += n * (1 + (last - end - 1) // bs)
             if used > free:
-                break
-            run = (n, total + n * end, nxt - end)
+                return
+            run = (n, total + n * end, last - end)
             chain.append(run)
             yield run
-            end = nxt
+            end = last
 
     def _run_output(self, plan: StepPlan, ends: list[float]) -> tuple[StepOutput, float, float]:
         """The output of the run's first step, taken here rather than at its end: ``(output,
@@ -211,10 +209,15 @@ class VllmRuns(PolicyState):
         self._complete_part(plan, ends[:first], self._run_t0)
         pos = first
         k = len(ends)
-        for n, _, steps in chain:
+        plain = not self.kv.enable_caching
+        for n, kv, steps in chain:
             if pos >= k:
                 break
             t0 = ends[pos - 1]
+            if plain and len(self._group.members) == n:  # (else some join the group first)
+                self._plain_part(n, kv, ends[pos:pos + steps], t0)
+                pos += steps
+                continue
             ctx.last_step_end = t0
             out = self._schedule_lazily()
             if out is None or out.num_group != n or out.entries:
@@ -223,6 +226,52 @@ class VllmRuns(PolicyState):
             self._current = out
             self._complete_part(self._plan(out), ends[pos:pos + steps], t0)
             pos += steps
+
+    def _plain_part(self, n: int, kv_first: int, ends: list[float], t0: float) -> None:
+        """A chained run without prefix caching, from ``t0``: what the decode group's
+        schedule call (:meth:`~orcasim.policies.vllm_v1.lazy.LazyDecode._schedule_lazily`,
+        nobody waiting) and its run (:meth:`complete_step` or ``_complete_group_run``) do,
+        in one pass: the blocks taken at boundaries, step by step, the memory rows
+        (``kv_first``: the first step's KV tokens) and the finishes of the last step."""
+        g = self._group
+        kv = self.kv
+        bs = g.block_size
+        buckets = g.buckets
+        d = g.count
+        s = len(ends)
+        pool = self.pool
+        series = pool is not None and pool.series is not None
+        alloc = kv.pool.num_held_blocks * bs if series else 0
+        allocs: list[int] = []
+        new: list[Request] = []
+        for j in range(d, d + s):
+            taken = buckets[-j % bs]
+            if taken:
+                new += taken
+                alloc += bs * len(taken)
+            allocs.append(alloc)
+        if new and not kv.append_blocks(new):
+            raise AssertionError("a chained run ran out of blocks")
+        g.count = count = d + s
+        t = ends[-1]
+        g.last_end = t
+        self._finished_since_schedule = False
+        if series:
+            assert pool is not None
+            if s == 1:
+                pool.observe(t0, t, kv_first + n, False)
+            else:
+                pool.observe_run(t0, ends, kv_first + n, n, allocs,
+                                 [pool.alloc.internal_slots] * s, False, True)
+        if g.heap[0][0] <= count:
+            finishing = self._retire_finished(count, t)
+            running = self.running
+            for req in finishing:
+                running.remove(req)
+            self._finished_since_schedule = True
+            finish = self.ctx.finish
+            for req in finishing:
+                finish(req, t)
 
     def _complete_part(self, plan: StepPlan, ends: list[float], t0: float) -> None:
         """One run of a chain from ``t0``: a step, or the group's run."""
