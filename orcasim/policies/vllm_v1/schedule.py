@@ -75,14 +75,10 @@ class Scheduling(PolicyState):
             while waiting and waiting[-1].id not in seqs:
                 fresh.append(waiting.pop())
         else:  # they stay where they are, in arrival order
-            i = -1
-            n = len(waiting)
-            while i >= -n:
-                req = waiting[i]
+            for req in reversed(waiting):
                 if req.id in seqs:
                     break
                 fresh.append(req)
-                i -= 1
         caching = self.kv.enable_caching
         max_len, bs, usable = self._fit
         for req in reversed(fresh):
