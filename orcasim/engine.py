@@ -28,7 +28,11 @@ the whole run at its end. For the same policies, the source releases
 arrivals into a backlog at step boundaries and wakes on its own only for an
 idle policy (:meth:`~orcasim.source.OpenLoopSource.release_lazily`). The
 results are those of per-step simulation, bit for bit
-(``Engine.fast_paths = False`` turns both off).
+(``Engine.fast_paths = False`` turns both off). A policy may chain the runs
+that follow a run's finishes (a fifth item of its ``decode_run``: the
+batch after each finish, as ``(size, kv, steps)``); the engine takes them in
+the same event when it moves the clock itself, up to the next arrival, and
+records each as a run of its own.
 
 With the fast paths, the engine also skips the wait for a step or a run
 when SimPy's queue holds nothing before its end: SimPy's next event would be

@@ -69,14 +69,16 @@ class VllmRuns(PolicyState):
     _retire_finished: Any  # LazyDecode._retire_finished
     _plan: Any  # Output._plan
 
-    def decode_run(self, plan: StepPlan | None = None) -> tuple[int, int, int, bool] | None:
+    def decode_run(self, plan: StepPlan | None = None) -> tuple[Any, ...] | None:
         """After ``plan``, how many all-decode steps follow unchanged: ``(size, kv, steps, True)``.
 
         As :meth:`~orcasim.policies.runs.TokenRuns.decode_run`: ``size``
         requests each decode one token, reading ``kv`` KV tokens in the
         following step; nobody finishes before step ``steps`` (the planned one
         counts) and the free blocks cover every boundary crossed before it;
-        every arrival ends the run. ``None``: step by step.
+        every arrival ends the run. ``None``: step by step. When the run ends
+        at finishes and nobody waits, a fifth item gives the runs that follow
+        (:meth:`_chain_after`), which the engine may take in the same event.
         """
         out = self._current
         if (plan is None or out is None or out.plan is not plan or not self._runs
