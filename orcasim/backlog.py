@@ -47,6 +47,10 @@ class Backlog:
         self._materialize()
         return iter(self._head)
 
+    def __reversed__(self) -> Iterator[Request]:
+        self._materialize()
+        return reversed(self._head)
+
     def __getitem__(self, i: int) -> Request:
         head = self._head
         if i < 0:

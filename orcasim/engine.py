@@ -28,7 +28,11 @@ the whole run at its end. For the same policies, the source releases
 arrivals into a backlog at step boundaries and wakes on its own only for an
 idle policy (:meth:`~orcasim.source.OpenLoopSource.release_lazily`). The
 results are those of per-step simulation, bit for bit
-(``Engine.fast_paths = False`` turns both off).
+(``Engine.fast_paths = False`` turns both off). A policy may chain the runs
+that follow a run's finishes (a fifth item of its ``decode_run``: the
+batch after each finish, as ``(size, kv, steps)``); the engine takes them in
+the same event when it moves the clock itself, up to the next arrival, and
+records each as a run of its own.
 
 With the fast paths, the engine also skips the wait for a step or a run
 when SimPy's queue holds nothing before its end: SimPy's next event would be
@@ -39,7 +43,8 @@ engine's step, a hard stop) makes it wait as usual, so every process sees
 the same clock and state as step by step.
 
 For ``continuous`` without memory limits on such a source, the engine
-hands each boundary to :class:`~orcasim.policies.decode_loop.FcfsDecodeLoop`,
+hands each boundary to :class:`~orcasim.policies.decode_loop.FcfsDecodeLoop`
+(with a paged memory limit, :class:`~orcasim.policies.kv_loop.KVDecodeLoop`),
 which takes run after run in one frame (admissions, the run's step ends, its
 finishers and its rows) while nothing else is due, and gives a boundary back
 to the engine's own path when something is.
@@ -63,13 +68,15 @@ from orcasim.latency.base import LatencyModel
 from orcasim.plan import StepPlan
 from orcasim.policies.base import Policy
 from orcasim.policies.decode_loop import FcfsDecodeLoop
+from orcasim.policies.kv_loop import KVDecodeLoop
+from orcasim.run_timing import RunTiming
 from orcasim.sim_events import SETTLE, Until, happened, settle
 from orcasim.source import OpenLoopSource
 
 MAX_EMPTY_STEPS = 1000
 
 
-class Engine:
+class Engine(RunTiming):
     """Runs the policy's steps, charging each by the latency model."""
 
     #: advance runs of unchanged-batch steps in one event, and let the source release
@@ -106,7 +113,9 @@ class Engine:
                 and (type(ctx.waiting) is deque or getattr(ctx.waiting, "takes_releases", False))):
             ctx.source.release_lazily()  # type: ignore[union-attr]
         #: whole runs of a first-come-first-served decode batch in one loop, where it applies
-        self._loop = FcfsDecodeLoop(self) if FcfsDecodeLoop.applies(self) else None
+        self._loop: FcfsDecodeLoop | None = (
+            FcfsDecodeLoop(self) if FcfsDecodeLoop.applies(self)
+            else KVDecodeLoop(self) if KVDecodeLoop.applies(self) else None)
         self.process = env.process(self.run())
         for proc in policy.processes():
             env.process(proc)
@@ -144,73 +153,6 @@ class Engine:
         ctx = self.ctx
         return (ctx.gate is None and ctx.clients is None and ctx._step_end is None
                 and type(ctx.source) is OpenLoopSource)
-
-    def _run_ends(
-        self, t0: float, dt: float, busy: float, run: tuple[int, int, int, bool]
-    ) -> tuple[list[float], float]:
-        """The step ends of a run whose first step takes ``dt`` from ``t0``, and the busy time.
-
-        ``run`` is the policy's :meth:`decode_run`: after the first step,
-        ``size`` sequences read ``kv`` KV tokens (``size`` more each step) for
-        at most ``max_steps`` steps in all; with ``room``, the run stops at
-        the first step that ends at or after the next arrival, which may join.
-        Each end is the previous one plus the step's latency, in the order the
-        step-by-step engine adds them.
-        """
-        size, kv, max_steps, room = run
-        t = t0 + dt
-        busy += dt
-        ends = [t]
-        if max_steps > 1:
-            limit = self.ctx.source.next_arrival() if room else None  # type: ignore[union-attr]
-            if limit is None or t < limit:
-                if limit is None:
-                    limit = float("inf")
-                append = ends.append
-                coef = self._coef.get(size, ())
-                if coef == ():
-                    coef = self._coef[size] = self.latency.decode_coefficients(size)
-                if coef is not None and coef[0] > 0.0:  # a + c * kv, c >= 0: every step > 0
-                    a, c = coef
-                    for _ in range(max_steps - 1):
-                        d = a + c * kv
-                        t += d
-                        busy += d
-                        append(t)
-                        if t >= limit:
-                            break
-                        kv += size
-                else:  # step by step: the model's time of a decode step of this batch
-                    step = self._step.get(size, ())
-                    if step == ():
-                        step = self._step[size] = self.latency.decode_step(size)
-                    if step is None:
-                        step = self._plan_step(size)
-                    for _ in range(max_steps - 1):
-                        d = step(kv)
-                        if not d > 0.0:
-                            raise SimulationError(
-                                f"latency model {self.latency.type_name!r} returned a step "
-                                f"time of {d!r} s; it must be > 0")
-                        t += d
-                        busy += d
-                        append(t)
-                        if t >= limit:
-                            break
-                        kv += size
-        return ends, busy
-
-    def _plan_step(self, size: int) -> Callable[[int], float]:
-        """The latency of a decode step of ``size`` sequences reading ``kv`` KV tokens, from
-        the plan of its aggregates (for a model that offers no :meth:`decode_step`)."""
-        plan = StepPlan(size, 0)
-        step_time = self.latency.step_time
-
-        def step(kv: int) -> float:
-            plan.num_kv_tokens = kv
-            return step_time(plan)
-
-        return step
 
     def _cut_run(self, t0: float) -> tuple[float, float]:
         """The run in flight was interrupted: apply and record its steps that ended by now.
@@ -331,8 +273,17 @@ class Engine:
                         run = None  # the model may read the listed requests: step by step
                 if run is not None:  # the batch runs unchanged for len(ends) steps
                     ends, run_busy = self._run_ends(t0, dt, busy, run)
+                    chained = None
+                    if len(run) > 4 and skip and len(ends) == run[2]:  # runs after finishes
+                        chained, run_busy = self._chain_ends(ends, run_busy, run[4])
                     waits = src.queued_by(num_waiting, ends)  # type: ignore[union-attr]
                     t1 = ends[-1]
+                    if chained and queue and queue[0][0] <= t1:  # something else comes first
+                        del ends[run[2]:]
+                        waits = waits[:run[2]]
+                        _, run_busy = self._run_ends(t0, dt, busy, run)
+                        chained = None
+                        t1 = ends[-1]
                     ctx.busy_until = t1
                     if skip and (not queue or queue[0][0] > t1):
                         env._now = t1  # nothing else happens before t1: SimPy's next event is
@@ -343,8 +294,11 @@ class Engine:
                         self._run = None
                     complete_run(plan, ends)  # the policy takes the run, then the recorder
                     ctx.last_step_end = t1
-                    record_run(t0, ends, plan.num_seqs, (plan.num_tokens, run[0]), waits,
-                               (plan.num_itl_tokens, run[0]))
+                    if chained:
+                        self._record_chain(t0, ends, waits, plan, run, chained)
+                    else:
+                        record_run(t0, ends, plan.num_seqs, (plan.num_tokens, run[0]), waits,
+                                   (plan.num_itl_tokens, run[0]))
                     prev_end = t1
                     self.busy_time = busy = run_busy
                     continue

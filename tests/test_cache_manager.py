@@ -203,3 +203,30 @@ def test_allocate_fresh_is_allocate_slots_for_a_request_without_blocks_or_hit(
         assert {k: ids(t) for k, t in a.tables.items()} == {k: ids(t) for k, t in b.tables.items()}
         assert ids(a.pool.free_queue) == ids(b.pool.free_queue)
         assert a.num_cached == b.num_cached and a.pool.cached.keys() == b.pool.cached.keys()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 30), st.integers(0, 50)), max_size=40))
+def test_freeing_a_table_without_caching_equals_the_checked_free(ops):
+    """Without prefix caching a table's blocks are its own: free_table (the manager's free
+    then) links them in as free_blocks does, the same free queue and counts."""
+    fast = KVCacheManager(40, 4, enable_caching=False)
+    slow = KVCacheManager(40, 4, enable_caching=False)
+    slow.pool.free_table = lambda table: slow.pool.free_blocks(reversed(table))  # checked
+    live: list[int] = []
+    for k, (alloc, tokens, pick) in enumerate(ops):
+        if alloc or not live:
+            got = [kv.allocate_slots(req(k, tokens), tokens) is not None for kv in (fast, slow)]
+            assert got[0] == got[1]
+            if got[0]:
+                live.append(k)
+        else:
+            rid = live.pop(pick % len(live))
+            for kv in (fast, slow):
+                kv.free(req(rid, 1))
+        assert ids(fast.pool.free_queue) == ids(slow.pool.free_queue)
+        assert fast.pool.version == slow.pool.version
+        assert all(b.ref_cnt == 0 for b in fast.pool.free_queue)
+        fast.pool.check()
+    for b_fast, b_slow in zip(fast.pool.blocks, slow.pool.blocks, strict=True):
+        assert b_fast.ref_cnt == b_slow.ref_cnt

@@ -182,6 +182,7 @@ def test_steps_of_the_group_alone_are_planned_by_their_sizes_with_roofline():
         m = build_model(cfg, arrays)
         assert m.engine.policy.plans_by_aggregates  # roofline says all-decode sums suffice
         m.engine.policy.plans_by_aggregates = by_sizes
+        m.engine.policy.chain_runs = False  # each group-alone run's first step is timed here
         step_time = m.engine.latency.step_time
         plans = []
 
@@ -208,3 +209,18 @@ def test_steps_of_the_group_alone_are_planned_by_their_sizes_with_roofline():
             "engine.latency": {"type": "constant", "step_time": 0.01}}
     cfg = orcasim.load_scenario("seed_orca").override(over).variants[0]
     assert not build_model(cfg, generate_workload(cfg)).engine.policy.plans_by_aggregates
+
+
+def test_a_lazy_backlog_reversed_is_its_queue_backwards():
+    # the policy takes its new arrivals from the right end of the lazy source's backlog
+    env = simpy.Environment()
+    ctx = SchedulerContext(env, Recorder())
+    workload = load_workload(GOLDEN / "burst.json")
+    src = OpenLoopSource(env, ctx, workload.arrays())
+    src.release_lazily()
+    backlog = ctx.waiting
+    src.flush(float("inf"))
+    first = backlog.popleft()
+    backlog.appendleft(first)  # put back in front of the released range, not yet requests
+    assert [r.id for r in reversed(backlog)] == [r.id for r in backlog][::-1]
+    assert len(list(reversed(backlog))) == len(backlog) == len(workload.requests)

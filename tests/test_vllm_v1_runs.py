@@ -123,3 +123,34 @@ def test_empty_steps_without_a_trace_are_steps_and_runs_still_equal():
     slow, fast = run_pair({**BASE, "policy": {**V1, "empty_steps": True},
                            "workload.arrival.rate": 1.0}, 60)
     assert_same(slow, fast)
+
+
+CHAINS = {
+    # few arrivals: most runs end at a finish with nobody waiting
+    "sparse": {"policy": V1, "workload.arrival.rate": 2.0},
+    "sparse_no_cache": {"policy": {**V1, "enable_prefix_caching": False},
+                        "workload.arrival.rate": 3.0},
+    # few blocks: a chain stops where its crossings would not fit
+    "tight": {"policy": {**V1, "num_blocks": 160, "block_size": 8},
+              "workload.arrival.rate": 3.0},
+    "max_model_len": {"policy": {**V1, "max_model_len": 160}, "workload.arrival.rate": 3.0},
+    "linear": {**SCENARIOS["linear"], "workload.arrival.rate": 2.0},
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHAINS))
+def test_runs_chained_after_finishes_equal_steps(name, monkeypatch):
+    # the runs that follow a run's finishes while nobody waits are one engine run
+    from orcasim.policies.vllm_v1 import VllmV1
+
+    chained = []
+    complete = VllmV1._complete_chain
+
+    def counted(self, *args):
+        chained.append(args[2:])
+        return complete(self, *args)
+
+    monkeypatch.setattr(VllmV1, "_complete_chain", counted)
+    slow, fast = run_pair({**BASE, **CHAINS[name]}, 300)
+    assert_same(slow, fast)
+    assert chained, "no run was chained"

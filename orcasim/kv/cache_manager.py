@@ -80,6 +80,24 @@ class ReuseFirstBlockPool(BlockPool):
             for b in cached:
                 queue.append(b)
 
+    def free_table(self, table: list[Block]) -> None:
+        """:meth:`free_blocks` of ``reversed(table)`` for a table that holds its blocks alone
+        and has none cached or null (a cache manager without prefix caching, where blocks
+        are never shared): each block goes to the head of the free queue, tail first, as
+        there, without the per-block checks."""
+        queue = self.free_queue
+        self.version += 1
+        prev = head = queue._head
+        first = head.next_free
+        for b in reversed(table):
+            b.ref_cnt = 0
+            prev.next_free = b
+            b.prev_free = prev
+            prev = b
+        prev.next_free = first
+        first.prev_free = prev  # type: ignore[union-attr]
+        queue.num_free_blocks += len(table)
+
 
 class KVCacheManager:
     """Block tables and prefix-cache hashes of the requests of one engine.
@@ -344,4 +362,7 @@ class KVCacheManager:
         self.num_cached.pop(rid, None)
         table = self.tables.pop(rid, None)
         if table:
-            self.pool.free_blocks(reversed(table))
+            if self.enable_caching:
+                self.pool.free_blocks(reversed(table))
+            else:  # its blocks are its own (no prefix hit shares them) and never cached
+                self.pool.free_table(table)

@@ -18,7 +18,9 @@ import numpy as np
 from orcasim.metrics.series import BinnedSeries, expand_runs
 
 VALUES = ("tokens", "allocated", "internal", "padding", "free", "stranded", "swapped")
-_BUFFER = 4096
+#: raw steps held before they are binned (whole blocks of this many at a time)
+BUFFER = 4096
+_BUFFER = BUFFER
 #: a run's row: its start, its length, the tokens of its first step and their growth per
 #: step, its padding and swapped slots, and whether free memory was stranded (0 or 1)
 _RUN_FIELDS = 7
@@ -60,9 +62,9 @@ class KVSeries(BinnedSeries):
         """Steps back to back from ``t_start``, ending at ``ends``: :meth:`add` once per step,
         with ``tokens`` growing by ``size`` per step and ``allocated``/``internal`` per step."""
         t1 = self._t1
-        t1.extend(ends)
-        self._alloc.extend(allocated)
-        self._int.extend(internal)
+        t1.fromlist(ends)  # (from lists: twice as fast as extend)
+        self._alloc.fromlist(allocated)
+        self._int.fromlist(internal)
         self._runs.extend((t_start, len(ends), tokens, size, padding, swapped, blocked))
         if len(t1) >= _BUFFER:
             self.flush(whole=True)

@@ -130,7 +130,10 @@ def write_requests_parquet(path: Path, tables: Iterable[pa.Table],
         return pa.table({f.name: t[f.name] if f.name in t.column_names
                          else pa.nulls(len(t), f.type) for f in schema}, schema=schema)
 
-    with pq.ParquetWriter(path, schema) as writer:
+    # dictionary pages for the text columns only: numbers are nearly all distinct, and
+    # trying a dictionary on each of them costs more than the rest of the write
+    text = [f.name for f in schema if pa.types.is_string(f.type)]
+    with pq.ParquetWriter(path, schema, use_dictionary=text) as writer:
         writer.write_table(conform(first))
         del first
         for t in it:

@@ -27,6 +27,11 @@ the whole pool (rejected, ``exceeds_kv_capacity``), or prompt + output exceeds
 ``max_model_len`` (rejected, ``exceeds_max_model_len``). A preempted request
 that no longer fits even in an empty pool would be preempted forever: the run
 ends with a :class:`~orcasim.errors.SimulationError` saying so.
+
+Admission lives in :mod:`orcasim.policies.kv_admit`, growth, preemption and
+swap-in in :mod:`orcasim.policies.kv_preempt`, runs of unchanged steps in
+:mod:`orcasim.policies.kv_runs`; for ``continuous`` in a paged pool the
+engine takes run after run in :mod:`orcasim.policies.kv_loop`.
 """
 
 from __future__ import annotations
@@ -39,11 +44,14 @@ import simpy
 from pydantic import Field
 
 from orcasim.context import SchedulerContext
-from orcasim.errors import ScenarioError, SimulationError
+from orcasim.errors import ScenarioError
+from orcasim.kv.allocators import PagedAllocator
 from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
 from orcasim.policies.base import DecodeOnlyPolicy
 from orcasim.policies.common import MemoryParams
+from orcasim.policies.kv_admit import KVAdmission
+from orcasim.policies.kv_preempt import KVPreemption
 from orcasim.policies.kv_runs import KVDecodeRuns
 from orcasim.policies.runs import DecodeRuns
 from orcasim.request import Request
@@ -59,7 +67,7 @@ class KVPolicyParams(MemoryParams):
         "last_admitted", description="which running request is preempted")
 
 
-class KVDecodePolicy(KVDecodeRuns, DecodeOnlyPolicy):
+class KVDecodePolicy(KVAdmission, KVPreemption, KVDecodeRuns, DecodeOnlyPolicy):
     """A decode-only policy that respects ``ctx.kv`` when the scenario limits KV memory."""
 
     models_kv_memory: ClassVar[bool] = True
@@ -93,6 +101,12 @@ class KVDecodePolicy(KVDecodeRuns, DecodeOnlyPolicy):
             self.growth = DecodeGrowth(kv.alloc)
         self._swapped: deque[Request] = deque()
         self._blocked = False  # a request waited for memory this round
+        kind = type(self)
+        # head-of-line admission into a plain paged pool, counted in one loop (_admit_counted)
+        self._counted = (self.counted_admission and kv.paged and self.head_of_line
+                         and type(kv.alloc) is PagedAllocator and kind.join is KVDecodePolicy.join
+                         and kind.try_join is KVDecodePolicy.try_join
+                         and kind.room is KVDecodePolicy.room)
         # the last request refused for memory, and what says it is refused again without
         # asking the allocator: paged, (it, the blocks it needs, 0, 0): it fits once they
         # and the reserve are free; a reservation, (it, the releases, free units and reserve
@@ -172,83 +186,6 @@ class KVDecodePolicy(KVDecodeRuns, DecodeOnlyPolicy):
         """How many more requests the batch may take (its free batch slots)."""
         return self.ctx.slots.free
 
-    # -- admission ------------------------------------------------------------
-    def try_join(self, req: Request) -> bool | None:
-        """Admit ``req`` if its memory fits: True (joined), False (no room now), None (removed).
-
-        ``req`` must already be out of the waiting queue. A request that can
-        never run is rejected (None); one that does not fit now is left to the
-        caller to put back (False).
-        """
-        kv = self.kv
-        if kv is None:
-            self.join(req)
-            return True
-        m = self._max_len
-        if m is not None and max(req.prompt_len, 1) + req.output_len > m:  # kv.too_long(req)
-            self.ctx.reject(req, "exceeds_max_model_len")
-            return None
-        keep = self.keep_free if self.batch.size else 0
-        miss = self._miss
-        if miss is not None and miss[0] is req and self._refused_again(miss, keep):
-            self._blocked = True
-            return False
-        if not kv.admit(req, keep):
-            need = kv.need(req)
-            if need > kv.capacity_units:  # it never will
-                if req.num_output_tokens == 0:
-                    self.ctx.reject(req, "exceeds_kv_capacity")
-                    return None
-                raise self._no_progress(req)
-            self._blocked = True
-            self._miss = (None if kv.has_getters else (req, need, 0, 0) if kv.paged
-                          else (req, kv.num_releases, kv.free_units, keep))
-            return False
-        self._miss = None
-        self.join(req)
-        return True
-
-    def _refused_again(self, miss: tuple[Request, int, int, int], keep: int) -> bool:
-        """Whether ``kv.admit(miss[0], keep)`` would refuse the last refused request again."""
-        kv: Any = self.kv
-        if kv.has_getters:
-            return False  # the allocator is asked (it refuses behind a get)
-        if kv.paged:  # its need is fixed while it waits: the free blocks decide
-            return miss[1] + keep > kv.alloc.num_free_blocks
-        # nothing was released since it last did not fit
-        return miss[1] == kv.num_releases and kv.free_units <= miss[2] and keep >= miss[3]
-
-    def admit_fcfs(self) -> None:
-        """First come, first served while there is room, per ``kv_admission``."""
-        waiting = self.ctx.waiting
-        room = self.room()
-        if self.head_of_line:
-            miss = self._miss
-            if (miss is not None and waiting and waiting[0] is miss[0]
-                    and self._refused_again(miss, self.keep_free if self.batch.size else 0)):
-                self._blocked = True  # the head waits for memory, as try_join would say
-                return
-            try_join = self.try_join
-            popleft = waiting.popleft
-            while room > 0 and waiting:
-                req = popleft()
-                ok = try_join(req)
-                if ok is False:
-                    waiting.appendleft(req)
-                    return
-                room -= ok is True
-            return
-        skipped = []
-        kv = self.kv
-        while waiting and room > 0 and kv.free_units > 0:  # type: ignore[union-attr]
-            req = waiting.popleft()
-            ok = self.try_join(req)
-            if ok is False:
-                skipped.append(req)
-            room -= ok is True
-        if skipped:
-            waiting.extendleft(reversed(skipped))
-
     def join(self, req: Request) -> None:
         DecodeOnlyPolicy.join(self, req)
         growth = self.growth
@@ -264,92 +201,6 @@ class KVDecodePolicy(KVDecodeRuns, DecodeOnlyPolicy):
             step = self.batch.num_steps
             for req in deferred:
                 growth.join(req, step, max(req.prompt_len, 1) + req.num_output_tokens)
-
-    # -- growth and preemption ------------------------------------------------
-    def _grow_exact(self, due: dict[int, Request]) -> float:
-        """Give the due members their next block one by one, preempting as needed.
-
-        Returns the seconds of swapping the preemptions cost.
-        """
-        growth = self.growth
-        assert growth is not None
-        step = self.batch.num_steps
-        secs = 0.0
-        growth.begin_exact(due)
-        for seq, req in sorted(due.items()):
-            if req._batch_seq != seq:  # preempted earlier in this round
-                continue
-            while not growth.grow_one(req):
-                victim = self._victim()
-                secs += self._preempt(victim)
-                if victim is req:
-                    break
-        growth.end_round(step)
-        return secs
-
-    def _no_progress(self, req: Request) -> SimulationError:
-        kv = self.kv
-        assert kv is not None
-        return SimulationError(
-            f"preemption loop at t={self.ctx.now:.6g}: request {req.label} was preempted with "
-            f"{req.prompt_len} prompt + {req.num_output_tokens} generated tokens, which need "
-            f"{kv.need(req)} KV blocks of {kv.block_size} tokens, but the pool has "
-            f"{kv.capacity_units}: it cannot run even alone, so preempting it again makes "
-            f"no progress"
-        )
-
-    def _victim(self) -> Request:
-        batch = self.batch
-        if self.victim_rule == "last_admitted":
-            v = batch.newest()
-            assert v is not None
-            return v
-        # vLLM's convention: a larger priority value is less important; latest arrival on ties
-        return max(batch, key=lambda r: (r.priority, r.arrival, r.id))
-
-    def _preempt(self, victim: Request) -> float:
-        """Take ``victim`` out of the batch; seconds its swap-out takes (0 for recompute)."""
-        ctx = self.ctx
-        kv = self.kv
-        assert kv is not None
-        if self.growth is not None:
-            self.growth.leave(victim)
-        self.batch.remove(victim)
-        victim.last_token = ctx.last_step_end  # it emitted a token in the last step
-        if self.swap:
-            secs = kv.swap_out(victim)
-            if secs is not None:
-                ctx.preempted(victim, "kv_full")
-                self._swapped.append(victim)
-                return secs
-        # it loses the KV of its prompt and of every generated token but the newest
-        ctx.preempted(victim, "kv_full",
-                      recompute=max(victim.prompt_len, 1) + victim.num_output_tokens - 1)
-        kv.release(victim)
-        ctx.waiting.appendleft(victim)
-        return 0.0
-
-    def _swap_in(self) -> float:
-        """Swap requests back in, first come first served, while they fit; seconds it takes."""
-        kv = self.kv
-        assert kv is not None
-        swapped = self._swapped
-        room = self.room()
-        secs = 0.0
-        while swapped and room > 0:
-            req = swapped[0]
-            if kv.need(req) > kv.capacity_units:
-                raise self._no_progress(req)
-            t = kv.swap_in(req, self.keep_free if self.batch.size else 0)
-            if t is None:
-                self._blocked = True
-                break
-            swapped.popleft()
-            secs += t
-            self.join(req)
-            self._swapped_in.append(req)
-            room -= 1
-        return secs
 
     # -- step effects ---------------------------------------------------------
     def complete_step(self, plan: StepPlan, t_start: float, t_end: float) -> None:

@@ -19,6 +19,7 @@ memory is released or swapped). Pure data structure: no SimPy.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 
 from orcasim.kv.allocators import PagedAllocator
 from orcasim.request import Request
@@ -48,6 +49,7 @@ class DecodeGrowth:
         The member grows first at a step in ``(step, step + block_size]``, the
         only one of its phase there; if ``step``'s round has not run yet (a
         process admitted it at the step boundary), it joins its phase after it.
+        (:meth:`~orcasim.policies.kv_admit.KVAdmission._admit_counted` does the same inline.)
         """
         bs = self.bs
         held = self.alloc.held[req.id]
@@ -69,8 +71,8 @@ class DecodeGrowth:
         """All of ``step``'s growth when the free blocks cover it; else the members due.
 
         On None the round is done; on a dict (request seq -> request) the
-        caller gives each member its block with :meth:`grow_one` (after
-        :meth:`begin_exact`), preempting as needed, and then calls
+        caller gives each member its block with :meth:`grow_due`, preempting
+        as needed, and then calls
         :meth:`end_round`. A second round at the same step does nothing.
         """
         if step == self.last_round:
@@ -131,16 +133,19 @@ class DecodeGrowth:
             internals = [alloc.internal_slots] * (k + 1)
         else:
             stop = ev[0][0]  # the next round where a member stops growing
+            internal = alloc.internal_slots
             allocated = [used * bs]
-            internals = [alloc.internal_slots]
+            internals = [internal]
+            append, append_internal = allocated.append, internals.append
             for s in range(step + 1, last + 1):
                 used += len(phases[s % bs])
                 if s >= stop:
                     alloc.num_free_blocks = num_blocks - used
                     self.end_round(s)
                     stop = ev[0][0] if ev else last + 1
-                allocated.append(used * bs)
-                internals.append(alloc.internal_slots)
+                    internal = alloc.internal_slots
+                append(used * bs)
+                append_internal(internal)
         if used > num_blocks:
             raise ValueError(f"rounds {step + 1} to {last} need more blocks than are free")
         alloc.num_free_blocks = num_blocks - used
@@ -148,18 +153,23 @@ class DecodeGrowth:
             self.last_round = last
         return allocated, internals
 
-    def begin_exact(self, due: dict[int, Request]) -> None:
-        """The exact path starts: every due member still waits for its block."""
-        self._pending = set(due)
-
-    def grow_one(self, req: Request) -> bool:
-        """Exact path: give ``req`` its block for this round; False if none is free."""
+    def grow_due(self, due: dict[int, Request], preempt: Callable[[], Request]) -> None:
+        """The exact path of a round that :meth:`round` left to the caller: each due member,
+        in the order they joined, takes a free block; while none is free, ``preempt()``
+        takes a victim out of the batch (through :meth:`leave`, freeing its blocks) and
+        returns it, and a member that is itself the victim takes none. The caller then
+        calls :meth:`end_round`."""
         alloc = self.alloc
-        if not alloc.num_free_blocks:
-            return False
-        alloc.num_free_blocks -= 1
-        self._pending.discard(req._batch_seq)
-        return True
+        pending = self._pending = set(due)
+        for seq, req in sorted(due.items()):
+            if req._batch_seq != seq:  # preempted earlier in this round
+                continue
+            while not alloc.num_free_blocks:
+                if preempt() is req:
+                    break
+            else:
+                alloc.num_free_blocks -= 1
+                pending.discard(seq)
 
     def end_round(self, step: int) -> None:
         """After ``step``'s growth: members whose last block that was stop growing."""

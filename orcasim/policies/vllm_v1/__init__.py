@@ -53,6 +53,7 @@ from orcasim.kv.config import MAX_BLOCK_SIZE, MemoryLayout
 from orcasim.kv.pool import KVPool
 from orcasim.plan import StepPlan
 from orcasim.policies.base import PolicyParams, TokenPolicy
+from orcasim.policies.vllm_v1.admit import Admission
 from orcasim.policies.vllm_v1.group import DecodeGroup
 from orcasim.policies.vllm_v1.lazy import LazyDecode
 from orcasim.policies.vllm_v1.output import Output
@@ -96,7 +97,7 @@ __all__ = [
 
 
 @policies.register("vllm-v1")
-class VllmV1(VllmRuns, LazyDecode, Scheduling, Output, TokenPolicy):
+class VllmV1(VllmRuns, LazyDecode, Scheduling, Admission, Output, TokenPolicy):
     """vLLM V1's scheduler: one token budget, running first, recompute preemption, prefix cache."""
 
     class Params(PolicyParams):

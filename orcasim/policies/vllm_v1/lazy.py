@@ -37,7 +37,8 @@ class LazyDecode(PolicyState):
     _lazy: bool
     _group: DecodeGroup
     _limits: tuple[Any, ...]
-    _admit: Any  # Scheduling._admit
+    _admit: Any  # Admission._admit
+    _admit_fcfs: Any  # Admission._admit_fcfs
     _current: StepOutput | None
     _update_at_end: bool
     _run_t0: float
@@ -96,7 +97,10 @@ class LazyDecode(PolicyState):
             threshold = limits[2]
             if threshold and size + len(waiting) <= 1:
                 threshold = 0
-            out = self._admit(limits[0] - size, threshold, [], {}, [], [], size, size)
+            if limits[5]:  # priority
+                out = self._admit(limits[0] - size, threshold, [], {}, [], [], size, size, size)
+            else:
+                out = self._admit_fcfs(limits[0] - size, threshold, [], [], size, size, size)
         else:  # nobody can join: the step is the group's
             self._finished_since_schedule = False
             out = StepOutput([], [], self._arrivals, size)

@@ -45,7 +45,33 @@ class Output(PolicyState):
         record_itl = ctx.recorder.record_itl
         in_flight = p.async_scheduling  # sync: one step in flight, nothing stale
         stale = False
-        for req, n, _, _, emits in out.entries:
+        if not in_flight:  # only the entries that sample: no placeholders, nothing stale
+            for e in out.entries:
+                if not e[4]:
+                    continue
+                req = e[0]
+                seq = seqs.get(req.id)
+                if seq is None:  # cancelled
+                    continue
+                num_out = req.num_output_tokens
+                if num_out == 0:
+                    req.first_token = t_end
+                elif req.last_token == prev_end:
+                    bulk += 1
+                else:
+                    record_itl(t_end - req.last_token)  # type: ignore[operator]
+                num_out += 1
+                req.num_output_tokens = num_out
+                req.last_token = t_end
+                known = seq.num_prompt + num_out  # req.num_tokens
+                if hashing and known % block_size == 0:  # a block of known tokens just filled
+                    kv.update_hashes(req)
+                if known >= max_len or num_out >= req.output_len:
+                    if seq.status != RUNNING:
+                        queued.add(req.id)
+                    self._retire(req)
+                    finished.append(req)
+        for req, n, _, _, emits in out.entries if in_flight else ():
             if not (emits or in_flight):
                 continue
             seq = seqs.get(req.id)

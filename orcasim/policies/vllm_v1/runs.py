@@ -21,7 +21,8 @@ from operator import attrgetter, sub
 from typing import TYPE_CHECKING, Any
 
 from orcasim.plan import StepPlan
-from orcasim.policies.vllm_v1.state import PolicyState, StepOutput
+from orcasim.policies.vllm_v1.chain import ChainedRuns
+from orcasim.policies.vllm_v1.state import StepOutput
 
 if TYPE_CHECKING:
     from orcasim.request import Request
@@ -41,7 +42,7 @@ def _count_crossings(firsts: list[int], steps: int, block_size: int) -> int:
     return n
 
 
-class VllmRuns(PolicyState):
+class VllmRuns(ChainedRuns):
     """Decode runs of the vllm-v1 policy (mixed into ``VllmV1``)."""
 
     _runs: bool
@@ -54,16 +55,20 @@ class VllmRuns(PolicyState):
     _group: Any  # DecodeGroup
     _steady: Any  # LazyDecode._steady
     _complete_group_run: Any  # LazyDecode._complete_group_run
-    _retire: Any  # Scheduling._retire
+    _retire: Any  # Output._retire
+    #: decode_run's runs after the run's finishes: (the run's steps, [(size, kv, steps)])
+    _chain: tuple[int, list[tuple[int, int, int]]] | None = None
 
-    def decode_run(self, plan: StepPlan | None = None) -> tuple[int, int, int, bool] | None:
+    def decode_run(self, plan: StepPlan | None = None) -> tuple[Any, ...] | None:
         """After ``plan``, how many all-decode steps follow unchanged: ``(size, kv, steps, True)``.
 
         As :meth:`~orcasim.policies.runs.TokenRuns.decode_run`: ``size``
         requests each decode one token, reading ``kv`` KV tokens in the
         following step; nobody finishes before step ``steps`` (the planned one
         counts) and the free blocks cover every boundary crossed before it;
-        every arrival ends the run. ``None``: step by step.
+        every arrival ends the run. ``None``: step by step. When the run ends
+        at finishes and nobody waits, a fifth item gives the runs that follow
+        (:meth:`_chain_after`), which the engine may take in the same event.
         """
         out = self._current
         if (plan is None or out is None or out.plan is not plan or not self._runs
@@ -98,6 +103,7 @@ class VllmRuns(PolicyState):
         else:
             left = g.heap[0][0] - g.count + 1
         free = self.kv.pool.free_queue.num_free_blocks
+        by_finish = left
         if left > 1 and size * (1 + (left - 2) // bs) > free:  # the blocks may not last
             # follow-on step j computes token C + j - 1: a new block when it starts one
             firsts = [1 + (-c) % bs for c in map(_computed, listed)]
@@ -113,6 +119,12 @@ class VllmRuns(PolicyState):
                         hi = mid - 1
                 left = lo + 1
         self._run_t0 = self.ctx.env._now
+        self._chain = None
+        if left == by_finish and self._lazy and self.chain_runs and self._chainable():
+            chain: list[tuple[int, int, int]] = []  # the runs the engine took from the generator
+            self._chain = (left, chain)
+            return (size, plan.num_kv_tokens + plan.num_tokens, left, True,
+                    self._chain_after(listed, left, free, bs, max_len, chain))
         return size, plan.num_kv_tokens + plan.num_tokens, left, True
 
     def _run_output(self, plan: StepPlan, ends: list[float]) -> tuple[StepOutput, float, float]:
@@ -141,6 +153,10 @@ class VllmRuns(PolicyState):
         a request holds, and a cache entry needs only hashes of earlier steps.
         """
         k = len(ends)
+        chain, self._chain = self._chain, None
+        if chain is not None and k > chain[0]:
+            self._complete_chain(plan, ends, chain[0], chain[1])
+            return
         if k == 1:
             self.complete_step(plan, self._run_t0, ends[0])
             return

@@ -13,11 +13,8 @@ from collections import deque
 from typing import Any
 
 from orcasim.policies.vllm_v1.state import (
-    KIND_NEW,
-    KIND_RESUMED,
     KIND_RUNNING,
     PREEMPTED,
-    RUNNING,
     PolicyState,
     Seq,
     StepOutput,
@@ -25,24 +22,20 @@ from orcasim.policies.vllm_v1.state import (
 )
 from orcasim.request import Request
 
-_NO_HIT: tuple[list[Any], int] = ([], 0)  # no prefix-cache hit (never changed: only read)
-
 
 class Scheduling(PolicyState):
     """The schedule of vLLM V1's scheduler (mixed into ``VllmV1``)."""
 
     priority: bool
-    watermark_blocks: int
     _arrivals: list[Request]
     _held: deque[Request]
     _lagged: bool
     _queue: deque[StepOutput]
     _scheduled_at: float
-    num_prompt_tokens_admitted: int
-    num_prefix_hit_tokens: int
     _limits: tuple[Any, ...]
     _fit: tuple[int, int, int]
-    _refused: tuple[Any, ...] | None = None  # the last admission refused, as _admit keys it
+    _admit: Any  # Admission._admit
+    _admit_fcfs: Any  # Admission._admit_fcfs
     _lazy: bool
     _schedule_lazily: Any  # LazyDecode._schedule_lazily
 
@@ -82,14 +75,10 @@ class Scheduling(PolicyState):
             while waiting and waiting[-1].id not in seqs:
                 fresh.append(waiting.pop())
         else:  # they stay where they are, in arrival order
-            i = -1
-            n = len(waiting)
-            while i >= -n:
-                req = waiting[i]
+            for req in reversed(waiting):
                 if req.id in seqs:
                     break
                 fresh.append(req)
-                i -= 1
         caching = self.kv.enable_caching
         max_len, bs, usable = self._fit
         for req in reversed(fresh):
@@ -161,6 +150,8 @@ class Scheduling(PolicyState):
         # the configuration (fixed for the run), read once per call
         (budget, last_slot, threshold, use_placeholders, _, priority, tables,
          num_cached, append_block, bs, caching) = self._limits
+        if not (priority or use_placeholders):
+            return self._schedule_fcfs()
         if threshold and len(running) + len(waiting) <= 1:
             threshold = 0
         # entries [req, n, start, kind, emits] in order; under priority a victim's entry is
@@ -289,115 +280,68 @@ class Scheduling(PolicyState):
                 i += 1
 
         return self._admit(budget, threshold, entries, scheduled, preempted, pending,
-                           num_lazy, num_decode)
+                           num_lazy, num_lazy, num_decode)
 
-    def _admit(self, budget: int, threshold: int, entries: list[list[Any]],
-               scheduled: dict[int, list[Any]], preempted: list[Request],
-               pending: list[list[Any]], num_lazy: int, num_decode: int) -> StepOutput:
-        """The rest of a schedule call, after the running requests: admissions from the
-        queue (none after a preemption), then every entry's computed tokens advanced."""
-        kv, seqs, running = self.kv, self.seqs, self.running
-        waiting = self.ctx.waiting
-        limits = self._limits
-        max_num_seqs = limits[4]
-        num_tokens = num_emits = 0
-        if not preempted and budget > 0 and waiting and len(running) < max_num_seqs:
-            skipped: list[Request] = []
-            p = self.params
-            chunked = p.enable_chunked_prefill
-            reserve = p.scheduler_reserve_full_isl
-            caching = kv.enable_caching
-            pool = kv.pool
-            while budget > 0 and waiting and len(running) < max_num_seqs:
-                req = waiting[0]
-                seq = seqs[req.id]
-                if seq.num_stale:  # a step of it is still in flight
-                    skipped.append(waiting.popleft())
-                    continue
-                # the same request refused with everything it is decided on unchanged (its
-                # tokens, the blocks and cache, the budget) is refused again
-                refused = self._refused
-                if refused is not None and refused[0] is req and refused == (
-                        req, req.num_output_tokens, pool.version, budget, threshold,
-                        bool(running)):
-                    break
-                hit, num_hit = kv.get_computed_blocks(req) if caching else _NO_HIT
-                n = seq.num_prompt + req.num_output_tokens - num_hit  # req.num_tokens - hit
-                if 0 < threshold < n:
-                    n = threshold
-                if not chunked and n > budget:
-                    self._refused = (req, req.num_output_tokens, pool.version, budget,
-                                     threshold, bool(running))
-                    break
-                if n > budget:
-                    n = budget
-                watermark = self.watermark_blocks if running else 0
-                if not (kv.allocate_fresh(req, n, reserve, watermark) if not hit
-                        and req.id not in kv.tables else
-                        kv.allocate_slots(req, n, hit, num_hit, full_sequence_must_fit=reserve,
-                                          watermark_blocks=watermark) is not None):
-                    self._refused = (req, req.num_output_tokens, pool.version, budget,
-                                     threshold, bool(running))
-                    break
-                waiting.popleft()
-                running.append(req)
-                kind = KIND_RESUMED if req.num_preemptions else KIND_NEW
-                if kind == KIND_NEW:
-                    self.num_prompt_tokens_admitted += req.prompt_len
-                    self.num_prefix_hit_tokens += min(num_hit, req.prompt_len)
-                e = [req, n, num_hit, kind, False]
-                if limits[5]:  # priority
-                    scheduled[req.id] = e
-                else:
-                    entries.append(e)
-                budget -= n
-                seq.status = RUNNING
-                req.num_computed_tokens = num_hit
-                self.ctx.admit(req)
-                if limits[5] or limits[3]:  # (limits[3]: async scheduling)
-                    pending.append(e)
-                    continue
-                # FCFS, synchronous: its computed tokens advanced at once, as the pass below
-                # would do it
-                c = num_hit + n
-                req.num_computed_tokens = c
-                num_tokens += n
-                if n == 1 and num_hit >= seq.num_prompt:
-                    num_decode += 1
-                if c >= seq.num_prompt + req.num_output_tokens:
-                    e[4] = True
-                    num_emits += 1
-            for req in reversed(skipped):
-                self._enqueue_front(req)
-
-        # advance the computed tokens now, so the next step can be scheduled at once
-        priority, use_placeholders = limits[5], limits[3]
-        num_tokens += num_lazy
-        num_emits += num_lazy
-        if priority:
-            entries = list(scheduled.values())
-        for e in entries if priority else pending:
-            if e[4]:  # advanced at once
-                continue
-            req, n = e[0], e[1]
-            seq = seqs[req.id]
-            if n == 1 and e[2] >= seq.num_prompt:
-                num_decode += 1
-            c = req.num_computed_tokens + n
-            req.num_computed_tokens = c
-            num_tokens += n
-            if use_placeholders:
-                seq.num_in_flight += n
-                if c >= seq.num_prompt + req.num_output_tokens + seq.num_placeholders:
-                    e[4] = True
-                    num_emits += 1
-                    seq.num_placeholders += 1
-            elif c >= seq.num_prompt + req.num_output_tokens:
-                e[4] = True
+    def _schedule_fcfs(self) -> StepOutput:
+        """:meth:`_schedule` under synchronous FCFS scheduling: no placeholders (nothing is
+        in flight at a schedule call), and every entry advanced as soon as it is scheduled
+        (a victim comes from the end of the running list, after the request being
+        scheduled, and the iteration stops at a request preempted itself)."""
+        kv, running = self.kv, self.running
+        (budget, last_slot, threshold, _, _, _, tables, num_cached, append_block, bs,
+         caching) = self._limits
+        if threshold and len(running) + len(self.ctx.waiting) <= 1:
+            threshold = 0
+        entries: list[list[Any]] = []
+        append = entries.append
+        preempted: list[Request] = []
+        num_tokens = num_emits = num_decode = 0
+        for req in running:
+            if budget <= 0:
+                break
+            computed = req.num_computed_tokens
+            num_prompt = req.prompt_len or 1  # seq.num_prompt
+            known = num_prompt + req.num_output_tokens  # req.num_tokens
+            n = known - computed
+            if n == 1 and computed < last_slot and (len(tables[req.id]) * bs > computed
+                                                     or append_block(req)):
+                # the lazy decode path: its slot is in a block it holds, or starts a block
+                # that it took (what allocate_slots would do); only a block of known tokens
+                # just filled is cached. It computes its last known token: it samples.
+                computed += 1
+                if caching and computed // bs > num_cached.get(req.id, 0):
+                    kv.cache_blocks(req, computed)
+                budget -= 1
+                append([req, 1, computed - 1, KIND_RUNNING, True])
+                req.num_computed_tokens = computed
+                num_tokens += 1
                 num_emits += 1
-        self._finished_since_schedule = False
-        out = StepOutput(entries, preempted, self._arrivals, num_tokens)
-        out.num_decode = num_decode
-        out.num_emits = num_emits
-        self._arrivals = []
-        return out
+                if computed > num_prompt:
+                    num_decode += 1
+                continue
+            if 0 < threshold < n:
+                n = threshold
+            n = min(n, budget, last_slot - computed)
+            if n <= 0:
+                continue
+            while kv.allocate_slots(req, n) is None:
+                victim = running.pop()
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is req:
+                    break
+            else:
+                c = computed + n
+                emits = c >= known
+                append([req, n, computed, KIND_RUNNING, emits])
+                req.num_computed_tokens = c
+                budget -= n
+                num_tokens += n
+                if emits:
+                    num_emits += 1
+                if n == 1 and computed >= num_prompt:
+                    num_decode += 1
+                continue
+            break  # it was preempted itself: nothing after it runs
+        return self._admit_fcfs(budget, threshold, entries, preempted, num_tokens, num_emits,
+                                num_decode)

@@ -1,0 +1,351 @@
+"""Runs of a first-come-first-served decode batch under a paged KV memory limit, in one loop.
+
+``continuous`` with a paged ``memory`` section makes the same boundaries as
+without one, plus memory: each boundary grows members by a block (a round of
+:class:`~orcasim.sched.decode_growth.DecodeGrowth`), admits the queue's head
+while its blocks fit, and each step records the pool's state.
+:class:`KVDecodeLoop` takes run after run of such a batch in one frame, as
+:class:`~orcasim.policies.decode_loop.FcfsDecodeLoop` does without memory,
+while nothing is swapped out and nothing else is due in SimPy's queue. A
+boundary whose growth the free blocks do not cover takes the policy's exact
+round (members take their blocks one by one, preempting by recompute); with
+``preemption: swap`` it goes back to the engine, which charges the swap time. A run is as long as
+:meth:`~orcasim.policies.kv_runs.KVDecodeRuns.decode_run` would offer (down
+to one step), and its effects are those of the policy's ``complete_run``,
+bit for bit (``tests/test_kv_loop.py`` compares the loop, the policy's runs
+and step-by-step simulation).
+"""
+
+from __future__ import annotations
+
+from heapq import heappop, heappush
+from typing import TYPE_CHECKING, Any
+
+from orcasim.errors import SimulationError
+from orcasim.metrics.kv_series import BUFFER as KV_BUFFER
+from orcasim.metrics.request_rows import DONE_BLOCK
+from orcasim.policies.decode_loop import FcfsDecodeLoop
+from orcasim.request import RequestState
+
+if TYPE_CHECKING:
+    from orcasim.engine import Engine
+
+FINISHED = RequestState.FINISHED
+
+
+class KVDecodeLoop(FcfsDecodeLoop):
+    """Whole runs of a first-come-first-served decode batch in a paged pool (see the module)."""
+
+    #: off: the engine takes every run through the policy's and recorder's methods
+    enabled = True
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.env = engine.env
+        self.ctx = ctx = engine.ctx
+        self.policy = policy = engine.policy
+        self.batch = policy.batch  # type: ignore[attr-defined]
+        self.source = ctx.source  # type: ignore[assignment]
+        self.rec = ctx.recorder
+        self._coef = {}
+        self.light = False  # members are requests: the pool counts blocks by request id
+        self.kv: Any = policy.kv  # type: ignore[attr-defined]
+        self.growth: Any = policy.growth  # type: ignore[attr-defined]
+
+    @classmethod
+    def applies(cls, engine: Engine) -> bool:
+        """Whether ``engine`` may take its runs through this loop: ``continuous`` (its own
+        methods) with head-of-line admission into a plain paged pool, counted
+        (``counted_admission``), without prefill charging or processes, fed by a lazy
+        open-loop source."""
+        from orcasim.batch import DecodeBatch
+        from orcasim.policies.base import DecodeOnlyPolicy
+        from orcasim.policies.continuous import Continuous
+        from orcasim.policies.kv_runs import KVDecodeRuns
+        from orcasim.policies.memory import KVDecodePolicy
+        from orcasim.source import Backlog, OpenLoopSource
+
+        policy: Any = engine.policy
+        if not (cls.enabled and isinstance(policy, KVDecodePolicy) and policy.kv is not None):
+            return False
+        kind = type(policy)
+        ctx = engine.ctx
+        own = all(getattr(kind, name) is getattr(base, name) for base, name in (
+            (KVDecodePolicy, "ready_plan"), (KVDecodePolicy, "_prepare"),
+            (KVDecodePolicy, "finished"), (KVDecodePolicy, "join"),
+            (KVDecodePolicy, "admit_fcfs"), (KVDecodePolicy, "_admit_counted"),
+            (KVDecodePolicy, "_refused_again"), (KVDecodePolicy, "room"),
+            (KVDecodePolicy, "complete_step"), (KVDecodePolicy, "_grow_exact"),
+            (KVDecodePolicy, "_preempt"), (KVDecodePolicy, "_victim"), (KVDecodeRuns, "decode_run"),
+            (KVDecodeRuns, "complete_run"), (Continuous, "admit"), (Continuous, "has_room"),
+            (DecodeOnlyPolicy, "_complete")))
+        return (own and policy._counted and policy.growth is not None and not policy.prefill
+                and policy._runs and not policy._listens and kind.admits_every_step
+                and type(policy.batch) is DecodeBatch
+                and type(ctx.source) is OpenLoopSource and ctx.source.lazy
+                and type(ctx.waiting) is Backlog)
+
+    def ready(self) -> bool:
+        """As without memory, and nobody waits on the pool (a ``kv.get`` or ``kv.freed``) or
+        is swapped out."""
+        kv = self.kv
+        policy: Any = self.policy
+        return (not kv._getters and kv._freed is None and not policy._swapped
+                and FcfsDecodeLoop.ready(self))
+
+    def _advance(self, busy: float, runs: list[tuple[float, int, int, int]]
+                 ) -> tuple[float, float]:
+        """:meth:`FcfsDecodeLoop.advance` with memory: each boundary's round and admission
+        (the policy's ``_prepare`` and ``admit``), runs as ``decode_run`` offers them, each
+        run's rounds and memory rows (``complete_run``) and its finishers' blocks freed."""
+        env = self.env
+        queue = env._queue
+        ctx = self.ctx
+        policy: Any = self.policy
+        batch = self.batch
+        heap = batch._heap
+        members = batch._members
+        free_slots = batch._free_slots
+        src = self.source
+        backlog: Any = ctx.waiting
+        head = backlog._head
+        arrival = src._arrival
+        n = src._n
+        rec = self.rec
+        done = rec._done
+        done_row = done.append
+        slots = ctx.slots
+        max_batch = policy.params.max_batch
+        coefs = self._coef
+        run_ends = self._run_ends
+        t1_col, waiting_col = rec._t1, rec._waiting
+        run_row = runs.append
+        buf_cap = rec._buf_cap
+        engine = self.engine
+        kv = self.kv
+        alloc = kv.alloc
+        held = alloc.held
+        internal = alloc._internal
+        series = kv.series
+        kv_bs = kv.block_size
+        num_blocks = alloc.capacity_units
+        growth = self.growth
+        phases = growth.phases
+        bs = growth.bs
+        covered = growth.covered
+        grow_events = growth._events
+        grow_plan = growth._plan
+        leave = growth.leave
+        admit = policy._admit_counted
+        keep_free = policy.keep_free
+        max_len = policy._max_len
+        refused_again = policy._refused_again
+        swap = policy.swap
+        grow_exact = policy._grow_exact
+        inf = float("inf")
+        t0 = -1.0
+        while True:
+            now = env._now
+            # the arrivals due by now join the backlog (ctx.poll_arrivals)
+            i = src._next
+            if i < n and arrival[i] <= now:
+                j = i + 1
+                while j < n and arrival[j] <= now:
+                    j += 1
+                src._next = backlog._hi = j
+                rec.num_arrived += j - i
+            # the boundary's growth (KVDecodePolicy._prepare); short of blocks, member by
+            # member, preempting by recompute (a swap's time goes to the engine's step)
+            step = batch.num_steps
+            if step != growth.last_round:
+                due = len(phases[step % bs])
+                if due > alloc.num_free_blocks:
+                    if swap:
+                        return t0, busy
+                    grow_exact(growth.round(step))
+                else:  # (DecodeGrowth.round: the free blocks cover it)
+                    growth.last_round = step
+                    alloc.num_free_blocks -= due
+                    if (grow_events and grow_events[0][0] <= step) or growth._early:
+                        growth.end_round(step)
+            policy._blocked = False
+            if (head or backlog._hi > backlog._lo) and slots.count < slots.capacity:
+                # (KVDecodePolicy.ready_plan, KVAdmission.admit_fcfs)
+                miss = policy._miss
+                keep = keep_free if batch.size else 0
+                first = head[0] if head else None  # a request put back (refused, preempted)
+                if first is not None and first is (miss[0] if miss is not None else None):
+                    if refused_again(miss, keep):  # type: ignore[index]
+                        policy._blocked = True  # the head is refused again
+                    elif not admit(slots.capacity - slots.count):
+                        return t0, busy
+                elif first is not None and (max_len is None or max(first.prompt_len, 1)
+                                            + first.output_len <= max_len):
+                    p = first.prompt_len
+                    need = -(-((p if p > 0 else 1) + first.num_output_tokens) // bs)
+                    if need + keep > alloc.num_free_blocks and need <= num_blocks:
+                        policy._blocked = True  # refused for now (try_join)
+                        policy._miss = (first, need, 0, 0)
+                    elif not admit(slots.capacity - slots.count):
+                        return t0, busy
+                elif not admit(slots.capacity - slots.count):
+                    return t0, busy  # (something else takes part: the policy's own path)
+            size = batch.size
+            if not size:
+                return t0, busy
+            # how long the batch runs (KVDecodeRuns.decode_run; one step where it offers none)
+            while heap[0][2]._batch_seq != heap[0][1]:  # (DecodeBatch.drop_removed)
+                heappop(heap)
+            max_steps = heap[0][0] - step
+            room = False
+            if max_steps > 1:
+                free = alloc.num_free_blocks  # (DecodeGrowth.covered: at once where the free
+                if (growth._early or len(phases[(step + 1) % bs]) > free  # blocks cover every
+                        or free < len(grow_plan) * ((max_steps - 1) // bs + 1)):  # growth)
+                    max_steps = covered(step, max_steps - 1) + 1
+                if max_steps > 1:
+                    open_slot = slots.count < slots.capacity
+                    if policy._blocked:  # the head was refused: it is at every boundary
+                        if not open_slot:
+                            max_steps = 1
+                    elif open_slot and (head or backlog._hi > backlog._lo):
+                        max_steps = 1  # (not tried at this boundary)
+                    else:
+                        room = size < max_batch  # (Continuous.has_room)
+            # the run's step ends (Engine._run_ends) and queue lengths (queued_by)
+            kv_tokens = batch.num_kv_tokens
+            coef = coefs.get(size)
+            if coef is None:
+                coef = coefs[size] = self._step_of(size)
+            limit = inf
+            if room and max_steps > 1:  # the run ends at the first step ending at or after
+                limit = arrival[src._next] if src._next < n else inf  # the next arrival
+            if type(coef) is tuple:  # a + c * kv, a > 0 (a linear model)
+                a, c = coef
+                dt = a + c * kv_tokens
+                t = now + dt
+                run_busy = busy + dt
+                ends = [t]
+                if max_steps > 1 and t < limit:
+                    append = ends.append
+                    for x in range(kv_tokens + size, kv_tokens + size * max_steps, size):
+                        d = a + c * x
+                        t += d
+                        run_busy += d
+                        append(t)
+                        if t >= limit:
+                            break
+                if not dt > 0.0:
+                    return t0, busy  # (the engine reports the step time)
+            else:  # the model's decode step as a function of the KV tokens
+                timed = run_ends(coef, now, kv_tokens, size, max_steps, limit, busy)
+                if timed is None:
+                    return t0, busy  # (the engine reports the step time)
+                ends, run_busy = timed
+                t = ends[-1]
+            if queue and queue[0][0] <= t:  # something else is due first: the engine waits
+                return t0, busy
+            steps = len(ends)
+            num_waiting = len(head) + backlog._hi - backlog._lo
+            j = src._next
+            if steps > 1 and j < n and arrival[j] <= ends[-2]:
+                w = num_waiting
+                waits = [w]
+                for e in ends[:-1]:
+                    while j < n and arrival[j] <= e:
+                        j += 1
+                        w += 1
+                    waits.append(w)
+            else:
+                waits = [num_waiting] * steps
+            ctx.busy_until = env._now = t
+            t0 = now
+            busy = run_busy
+            # the run's rounds and memory rows (KVDecodeRuns.complete_run)
+            used = num_blocks - alloc.num_free_blocks
+            last = step + steps - 1
+            if steps == 1 or (grow_events and grow_events[0][0] <= last):
+                try:  # (one step: no round; else a member stops growing in the run)
+                    allocated, internals = growth.run_rounds(step, steps - 1)
+                except ValueError as err:
+                    raise SimulationError(f"a run of decode steps: {err}") from None
+            else:  # (DecodeGrowth.run_rounds: nobody stops growing, the internal slots stay)
+                allocated = [used * bs]
+                append = allocated.append
+                for r in range(step + 1, last + 1):
+                    used += len(phases[r % bs])
+                    append(used * bs)
+                if used > num_blocks:  # (covered: never)
+                    raise SimulationError(f"a run of decode steps: rounds {step + 1} to {last} "
+                                          "need more blocks than are free")
+                alloc.num_free_blocks = num_blocks - used
+                growth.last_round = last
+                internals = [alloc.internal_slots] * steps
+            peak = allocated[-1]  # (allocated only grows in a run)
+            if series is not None:  # (KVPool.observe_run, KVSeries.add_run)
+                if peak > kv.peak_allocated:
+                    kv.peak_allocated = peak
+                kv_t1 = series._t1
+                kv_t1.fromlist(ends)
+                series._alloc.fromlist(allocated)
+                series._int.fromlist(internals)
+                series._runs.extend((now, steps, kv_tokens, size, alloc.padding_slots,
+                                     kv.num_swap_blocks_used * kv_bs, policy._blocked))
+                if len(kv_t1) >= KV_BUFFER:
+                    series.flush(whole=True)
+            # the run's effects (DecodeOnlyPolicy._complete): first tokens, then the members
+            # that finish in its last step leave (DecodeBatch.advance), free their blocks
+            # (KVDecodePolicy.finished) and end (SchedulerContext.finish_all)
+            itl = size
+            joined = policy._joined
+            if joined:
+                t_first = ends[0]
+                for m in joined:
+                    if m.first_token is None:
+                        m.first_token = t_first
+                    else:  # resumed after a preemption: its own gap
+                        rec.record_itl(t_first - m.last_token)
+                itl = size - len(joined)
+                policy._joined = []
+            if policy._swapped_in:
+                policy._swapped_in = []
+            step += steps
+            batch.num_steps = step
+            kv_left = kv_tokens + size * steps
+            left = size
+            while heap and heap[0][0] == step:
+                _, seq, m = heappop(heap)
+                if m._batch_seq != seq:  # removed earlier
+                    continue
+                m.num_output_tokens = out = m.output_len
+                del members[seq]
+                m._batch_seq = -1
+                kv_left -= m.prompt_len + out
+                heappush(free_slots, m.slot)
+                m.slot = -1
+                rid = m.id
+                if rid in grow_plan:  # still growing (DecodeGrowth.leave)
+                    leave(m)
+                alloc.internal_slots -= internal.pop(rid, 0)  # (KVPool.release)
+                alloc.num_free_blocks += held.pop(rid)
+                m.state = FINISHED
+                m.finish = m.last_token = t
+                done_row(m)
+                left -= 1
+            if left != size:
+                kv.num_releases += size - left
+                slots.count -= size - left
+                batch.size = left
+                if len(done) >= DONE_BLOCK:
+                    rec._write_done()
+            batch.num_kv_tokens = kv_left
+            ctx.last_step_end = t
+            # the run's steps (Recorder.record_run)
+            t1_col.fromlist(ends)
+            waiting_col.fromlist(waits)
+            run_row((now, steps, size, itl))
+            if len(t1_col) >= buf_cap:
+                rec.record_decode_runs(runs)
+                runs.clear()
+                rec._flush()
+            engine.busy_time = busy

@@ -1,0 +1,182 @@
+"""The engine's loop over whole runs of a continuous batch in a paged KV pool, against the
+policy's own runs and against step-by-step simulation.
+
+:class:`~orcasim.policies.kv_loop.KVDecodeLoop` takes run after run of ``continuous`` with a
+paged memory limit in one frame, and hands each boundary whose growth the free blocks do not
+cover to the engine. Every test runs the same model three ways (the loop; runs through the
+policy and recorder, ``KVDecodeLoop.enabled = False``; one event per step,
+``Engine.fast_paths = False``) and compares everything the run records, memory rows and the
+order in which request rows were written included.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import orcasim
+from orcasim.engine import Engine
+from orcasim.errors import SimulationError
+from orcasim.policies.kv_loop import KVDecodeLoop
+from orcasim.policies.kv_preempt import KVPreemption
+from orcasim.simulation import build_model, generate_workload
+from tests.test_batch_runs import assert_identical
+
+WAYS = ("loop", "runs", "steps")
+TIGHT = {"block_size": 16, "num_blocks": 400}
+
+
+def run_three(overrides: dict, n: int = 1500, watch: float | None = None,
+              stop_at: float | None = None) -> dict[str, dict]:
+    """The seed scenario's ``continuous`` variant with ``overrides``, each way; ``watch``: a
+    process wakes every ``watch`` seconds; ``stop_at``: a hard stop then."""
+    sc = orcasim.load_scenario("seed_orca").override({"workload.num_requests": n, **overrides})
+    cfg = sc.variant("continuous")
+    arrays = generate_workload(cfg)
+    out = {}
+    for way in WAYS:
+        Engine.fast_paths = way != "steps"
+        KVDecodeLoop.enabled = way == "loop"
+        try:
+            m = build_model(cfg, arrays)
+            seen: list = []
+            if watch is not None:
+                def watcher(env=m.env, ctx=m.ctx, seen=seen):
+                    while ctx.recorder.num_recorded < len(arrays):
+                        yield env.timeout(watch)
+                        seen.append((env.now, ctx.num_started, ctx.slots.count,
+                                     sorted(r.id for r in ctx.running)))
+                m.env.process(watcher())
+            if stop_at is not None:
+                def stopper(env=m.env, engine=m.engine):
+                    yield env.timeout(stop_at)
+                    engine.stop("test_stop")
+                m.env.process(stopper())
+            looped = [0]  # steps of the runs the loop made
+            record_decode_runs = m.recorder.record_decode_runs
+
+            def spy(runs, record=record_decode_runs, looped=looped):
+                looped[0] += sum(r[1] for r in runs)
+                record(runs)
+
+            m.recorder.record_decode_runs = spy
+            error = None
+            try:
+                m.env.run()
+            except SimulationError as err:
+                error = str(err)
+        finally:
+            Engine.fast_paths = True
+            KVDecodeLoop.enabled = True
+        rec = m.recorder
+        assert isinstance(m.engine._loop, KVDecodeLoop) == (way == "loop")
+        rec._write_done()
+        out[way] = {
+            "order": np.frombuffer(rec._i["id"], dtype=np.int64).copy() if rec._i["id"] else
+            np.zeros(0, np.int64),
+            "num_recorded": rec.num_recorded,
+            "num_arrived": rec.num_arrived,
+            "num_started": m.ctx.num_started,
+            "seen": seen,
+            "error": error,
+            "looped": looped[0],
+            "columns": rec.request_columns(),
+            "itl": rec.itl_samples(),
+            "itl_times": rec.itl_times(),
+            "series": rec.series_rows(),
+            "num_steps": rec.num_steps,
+            "sum_batch": rec.sum_batch,
+            "busy": m.engine.busy_time,
+            "now": m.env.now,
+            "events": next(m.env._eid),
+            "kv_series": rec.kv.rows(),
+            "kv": m.ctx.kv.summary(),
+            "releases": m.ctx.kv.num_releases,
+            "leaked": m.ctx.kv.leaked_blocks(),
+            "preemptions": m.ctx.preemption_summary(),
+        }
+    return out
+
+
+def assert_three_identical(out: dict[str, dict]) -> None:
+    loop = out["loop"]
+    for way in ("runs", "steps"):
+        other = out[way]
+        assert_identical(other, loop)
+        np.testing.assert_array_equal(other["order"], loop["order"], err_msg=way)
+        for key in ("num_recorded", "num_arrived", "num_started", "seen", "error", "releases",
+                    "leaked"):
+            assert other[key] == loop[key], (way, key)
+
+
+SCENARIOS = {
+    "ample": {"memory": {"block_size": 16, "num_blocks": 100_000}},
+    # refusals and preemptions: boundaries short of blocks go to the engine
+    "tight": {"memory": TIGHT},
+    "light": {"memory": {"block_size": 8, "num_blocks": 600}, "workload.arrival.rate": 1.5,
+              "policy.max_batch": 8},
+    "watermark": {"memory": TIGHT, "policy.watermark": 0.05, "policy.victim": "lowest_priority"},
+    "max_model_len": {"memory": {**TIGHT, "max_model_len": 1100}},
+    "swap": {"memory": {"block_size": 16, "num_blocks": 300, "bytes_per_token": 1000,
+                        "swap_space_gb": 0.002, "pcie_bandwidth": 1e9},
+             "policy.preemption": "swap"},
+    "block_of_one": {"memory": {"block_size": 1, "num_blocks": 6000}},
+    "roofline": {"memory": TIGHT, "engine.latency": {"type": "roofline", "model": "llama-2-7b",
+                                                      "gpu": "a100-80gb"},
+                 "workload.arrival.rate": 10.0},
+    "classes": {"memory": TIGHT, "workload.classes": [
+        {"name": "gold", "weight": 1, "priority": 1, "tenant": "t1"},
+        {"name": "std", "weight": 3}]},
+    # a preempted request outgrows the pool: the run stops with an error
+    "small_pool": {"memory": {"block_size": 16, "num_blocks": 70}},
+}
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_loop_equals_policy_runs_and_steps(name):
+    out = run_three(SCENARIOS[name])
+    assert_three_identical(out)
+    loop = out["loop"]
+    assert (loop["error"] is not None) == (name == "small_pool")
+    if name in ("tight", "watermark", "swap", "classes"):
+        assert loop["preemptions"]["num_preemptions"] > 50
+    if name != "small_pool":
+        assert loop["leaked"] == 0 and len(loop["order"]) == 1500
+    assert out["runs"]["looped"] == 0
+    if name == "swap":  # a boundary that preempts goes to the engine
+        assert 0 < loop["looped"] < loop["num_steps"]
+    elif name != "small_pool":  # the loop made the steps, preempting too (the engine makes
+        assert loop["looped"] > 0.99 * loop["num_steps"]  # the first after an idle wait)
+
+
+@pytest.mark.parametrize("name", ["ample", "tight", "classes"])
+def test_loop_hands_runs_to_the_engine_before_other_events(name):
+    out = run_three(SCENARIOS[name], n=600, watch=0.37)
+    assert_three_identical(out)
+    assert len(out["loop"]["seen"]) > 100
+
+
+@pytest.mark.parametrize("name", ["ample", "tight"])
+def test_a_hard_stop_after_loop_runs(name):
+    out = run_three(SCENARIOS[name], n=400, stop_at=7.001)
+    assert_three_identical(out)
+    assert "test_stop" in set(out["loop"]["columns"]["reason"])
+
+
+def test_preemption_in_place_equals_the_policys_victim_and_preempt(monkeypatch):
+    """The exact round's preemptions by recompute of the last admitted, done in place,
+    against :meth:`_victim` and :meth:`_preempt` one by one."""
+    fast = run_three(SCENARIOS["tight"], n=800)["loop"]
+
+    def generic(self):
+        def take():
+            victim = self._victim()
+            self._preempt(victim)
+            return victim
+        return take
+
+    monkeypatch.setattr(KVPreemption, "_recompute_newest", generic)
+    slow = run_three(SCENARIOS["tight"], n=800)
+    assert_three_identical(slow)
+    assert_identical(slow["loop"], fast)
+    assert fast["preemptions"]["num_preemptions"] > 100
