@@ -218,9 +218,9 @@ def test_fair_share_runs_replay_lifts_between_their_steps(monkeypatch):
     splits = []
     settle = FairSharePolicy._settle
 
-    def spy(self, starts):
-        splits.extend((bisect.bisect_left(starts, t), len(starts)) for t, _, _ in self._lifts)
-        return settle(self, starts)
+    def spy(self, starts, k):
+        splits.extend((bisect.bisect_left(starts, t, 0, k), k) for t, _, _ in self._lifts)
+        return settle(self, starts, k)
 
     monkeypatch.setattr(FairSharePolicy, "_settle", spy)
     over = {"policy": {"type": "vtc", "max_batch": 16, "weights": {"b": 3.0}}, "variants": None,

@@ -243,3 +243,38 @@ def test_the_pools_entries_are_the_first_running_requests_in_admission_order(mon
             "engine.latency.per_prefill_token": 0.0001}
     assert_identical(*run_both(over, n=300, variant=None))
     assert len(seen) > 100
+
+
+def test_keyed_queue_with_flat_entries_orders_as_nested_ones():
+    """A queue of pair keys held as flat entries (``width=2``) serves in the same order."""
+    import random
+
+    from orcasim.policies.queues import KeyedQueue
+    rnd = random.Random(3)
+    reqs = [Request(i, float(rnd.randint(0, 5)), 4, rnd.randint(1, 4)) for i in range(200)]
+
+    def key(r: Request) -> tuple[float, float]:
+        return (float(r.output_len), r.arrival)
+
+    nested, flat = KeyedQueue(key), KeyedQueue(key, width=2)
+    served: tuple[list[Request], list[Request]] = ([], [])
+    queued: list[Request] = []
+    for r in reqs:
+        op = rnd.random()
+        if op < 0.55 or not queued:
+            nested.append(r)
+            flat.append(r)
+            queued.append(r)
+        elif op < 0.7:
+            gone = queued.pop(rnd.randrange(len(queued)))
+            nested.remove(gone)
+            flat.remove(gone)
+        else:
+            assert nested.peek_key() == flat.peek_key() == key(nested[0])
+            for q, out in zip((nested, flat), served, strict=True):
+                out.append(q.popleft())
+            queued.remove(served[0][-1])
+            assert flat.entry_key(flat.popped) == nested.entry_key(nested.popped)
+    assert served[0] == served[1] and list(nested) == list(flat)
+    with pytest.raises(TypeError):
+        KeyedQueue(lambda r: r.id, width=2).append(reqs[0])  # not a pair

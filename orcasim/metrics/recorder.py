@@ -40,6 +40,8 @@ class Recorder(RequestRows):
         self._itl_count: list[np.ndarray] = []
         self._steps_merged = 0  # leading entries of those lists that are merged blocks
         self._extra_itl: list[tuple[float, int, int]] = []
+        #: entries of _extra_itl that stand for this many equal samples (record_itl_each)
+        self._extra_times: dict[int, int] = {}
         # steps not yet flushed: per step its end and queue length; per run of steps with one
         # batch (a single step is a run of one) its start, and its length, batch size, and
         # tokens and ITL count of its first and later steps (appended column by column: the
@@ -196,7 +198,24 @@ class Recorder(RequestRows):
     def record_itl_each(self, gap: float, times: int) -> None:
         """``times`` separate one-token samples of ``gap``: ``record_itl(gap)`` ``times`` times,
         in one call (the requests of a step that all waited since the same token)."""
-        self._extra_itl.extend([(gap, 1, self.num_steps)] * times)
+        if times > 0:  # one entry, repeated when the samples are read (_extra_columns)
+            extra = self._extra_itl
+            extra.append((gap, 1, self.num_steps))
+            if times > 1:
+                self._extra_times[len(extra) - 1] = times
+
+    def _extra_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The :meth:`record_itl` samples as columns: gaps, counts and step numbers, one row
+        per sample (an entry of :meth:`record_itl_each` repeated)."""
+        extra = self._extra_itl
+        gaps = np.array([g for g, _, _ in extra], dtype=np.float64)
+        counts = np.array([c for _, c, _ in extra], dtype=np.int64)
+        steps = np.array([k for _, _, k in extra], dtype=np.int64)
+        if self._extra_times:
+            times = np.ones(len(extra), dtype=np.int64)
+            times[list(self._extra_times)] = list(self._extra_times.values())
+            gaps, counts, steps = (np.repeat(a, times) for a in (gaps, counts, steps))
+        return gaps, counts, steps
 
     def record_batch(self, t_start: float, t_end: float, labels: tuple[str | None, ...]) -> None:
         """Per-step batch listing (only when ``trace_steps``); ``None`` is an empty slot."""
@@ -252,8 +271,7 @@ class Recorder(RequestRows):
         del keep
         if not self._extra_itl:  # the counts stay 32-bit (a step emits < 2**31 tokens)
             return gaps, counts
-        extra_gaps = np.array([g for g, _, _ in self._extra_itl], dtype=np.float64)
-        extra_counts = np.array([c for _, c, _ in self._extra_itl], dtype=np.int64)
+        extra_gaps, extra_counts, _ = self._extra_columns()
         return np.concatenate([gaps, extra_gaps]), np.concatenate([counts, extra_counts])
 
     def itl_times(self) -> np.ndarray:
@@ -262,7 +280,7 @@ class Recorder(RequestRows):
             raise ValueError("the steps were handed over by itl_samples(take=True): "
                              "ask for itl_times() before")
         ends, counts = self._steps()
-        idx = np.array([k for _, _, k in self._extra_itl], dtype=np.int64)
+        idx = self._extra_columns()[2]
         extra = ends[np.minimum(idx, ends.size - 1)] if idx.size else np.zeros(0)
         return np.concatenate([ends[counts > 0], extra])
 

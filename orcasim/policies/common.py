@@ -159,6 +159,11 @@ class BatchPolicy(PooledPlans, TokenPolicy):
         """A running request to preempt so that ``head`` can run, or ``None``."""
         return None
 
+    def decode_entries(self) -> list[tuple[Request, int]]:
+        """A step's ``(request, 1)`` for every running request, in :meth:`order_running`
+        order (every one of them decodes)."""
+        return list(zip(self.order_running(), ONE, strict=False))
+
     def memory_victim(self) -> Request:
         """The running request to preempt when a running one lacks memory (the last admitted)."""
         return self.running[-1]
@@ -191,8 +196,7 @@ class BatchPolicy(PooledPlans, TokenPolicy):
                 if self._fifo and pool is not None:  # the pool's members, in that order
                     scheduled = pool.entries.copy()
                 else:
-                    scheduled = list(zip(self.order_running(), ONE, strict=False))  # (sees
-                    # decoding)
+                    scheduled = self.decode_entries()  # (sees decoding)
                 self.decoding = None
                 self._decodes = (scheduled, decoding[1], decoding[2], decoding[3])
                 return scheduled, budget - decoding[1]

@@ -129,8 +129,16 @@ class DecodePool:
                 continue
             if done != steps:
                 raise ValueError(f"request {req.label} finished {steps - done} steps ago")
-            self.leave(req)
+            del base[req]  # it leaves (as leave() does)
+            d = steps - b[0]
+            if d:
+                req.num_computed_tokens += d
+                req.num_output_tokens += d
+                req.last_token = self.last
+            self.kv -= req.num_computed_tokens
+            self.entries.remove((req, 1))
             out.append(req)
+        self.size -= len(out)
         return out
 
     def _write(self, req: Request, since: int) -> None:

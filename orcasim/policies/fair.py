@@ -25,7 +25,7 @@ from orcasim.context import SchedulerContext
 from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
 from orcasim.policies.common import BatchPolicy, TokenParams
-from orcasim.policies.queues import GroupedQueue
+from orcasim.policies.grouped import GroupedQueue
 from orcasim.request import Request
 
 
@@ -64,7 +64,8 @@ class FairSharePolicy(BatchPolicy):
         self._last_served: float = 0.0
         attr = self.group_attr
         self._weights: dict[str, float] = dict(params.weights)  # type: ignore[attr-defined]
-        self._queue = GroupedQueue(lambda r: getattr(r, attr), self._least_served, self._lift)
+        self._queue = GroupedQueue(lambda r: getattr(r, attr), self._least_served, self._lift,
+                                   attr)
         if ctx is not None:
             ctx.waiting = self._queue
         #: running requests per group
@@ -105,10 +106,14 @@ class FairSharePolicy(BatchPolicy):
 
     def admitted(self, req: Request) -> None:
         g = getattr(req, self.group_attr)
-        cost = self.params.w_input * (req.num_tokens - req.num_computed_tokens)  # type: ignore[attr-defined]
-        self.counters[g] = c = self.counters.get(g, 0.0) + cost / self.weight(g)
+        cost = self.params.w_input * (  # type: ignore[attr-defined]
+            (req.prompt_len or 1) + req.num_output_tokens - req.num_computed_tokens)  # (its
+        # num_tokens - num_computed_tokens)
+        counters = self.counters
+        counters[g] = c = counters.get(g, 0.0) + cost / self.weight(g)
         self._last_served = c
-        self._running_groups[g] = self._running_groups.get(g, 0) + 1
+        running = self._running_groups
+        running[g] = running.get(g, 0) + 1
         self._queue.forget_choice()
         self._all_emit = None
 
@@ -147,7 +152,9 @@ class FairSharePolicy(BatchPolicy):
             c = costs.get(g)
             if c is None:
                 c = costs[g] = self.params.w_output / self.weight(g)  # type: ignore[attr-defined]
-            counters[g] = add_repeated(counters.get(g, 0.0), c, m * steps)
+            n = m * steps
+            x = counters.get(g, 0.0)
+            counters[g] = x + c if n == 1 else add_repeated(x, c, n)  # (one token: x + c)
         self._queue.forget_choice()
 
     def decode_run(self, plan: StepPlan | None = None) -> tuple[int, int, int, bool] | None:
@@ -163,28 +170,31 @@ class FairSharePolicy(BatchPolicy):
         src = self.ctx.source
         if src is not None and src.lazy:  # the run's arrivals, which lift between its steps
             self.ctx.poll_arrivals()
-        self._settle(ends[:-1])
+        self._settle(ends, len(ends) - 1)
         super().complete_run(plan, ends)
 
     def schedule(self) -> list[tuple[Request, int]]:
         if self._run_counts is not None:  # the engine ran the offered run's first step alone
-            self._settle([])
+            self._settle([], 0)
         return super().schedule()
 
-    def _settle(self, starts: list[float]) -> None:
-        """Charge the run's steps that start at ``starts`` (after its first), with its lifts."""
+    def _settle(self, starts: list[float], k: int) -> None:
+        """Charge the run's steps that start at ``starts[:k]`` (after its first: the ends of
+        the steps before them), with its lifts."""
         counts, self._run_counts = self._run_counts, None
-        lifts, self._lifts = self._lifts, []
         assert counts is not None
+        lifts = self._lifts
         done = 0  # steps charged: a lift at time t comes after the steps that start before t
-        for t, group, backlogged in lifts:
-            n = bisect.bisect_left(starts, t, done)
-            if n > done:
-                self._charge(counts, n - done)
-                done = n
-            self._lift_to(group, backlogged)
-        if len(starts) > done:
-            self._charge(counts, len(starts) - done)
+        if lifts:
+            self._lifts = []
+            for t, group, backlogged in lifts:
+                n = bisect.bisect_left(starts, t, done, k)
+                if n > done:
+                    self._charge(counts, n - done)
+                    done = n
+                self._lift_to(group, backlogged)
+        if k > done:
+            self._charge(counts, k - done)
 
 
 def add_repeated(x: float, c: float, n: int) -> float:

@@ -10,12 +10,12 @@ head. ``priority``, ``sjf``, ``edf`` and ``srpt`` build on it (see
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 from orcasim.context import SchedulerContext
 from orcasim.params import ComponentParams
-from orcasim.policies.common import BatchPolicy
+from orcasim.policies.common import ONE, BatchPolicy
 from orcasim.policies.keys import KeyCache
 from orcasim.policies.queues import KeyedQueue
 from orcasim.request import Request
@@ -32,12 +32,15 @@ class KeyedPolicy(BatchPolicy):
 
     #: whether a request's key never changes (then a running request's key is computed once)
     static_keys: ClassVar[bool] = True
+    #: if every key is a tuple of this many items: the waiting queue's entries are flat (see
+    #: :class:`~orcasim.policies.queues.KeyedQueue`); 0: keys of any kind
+    key_width: ClassVar[int] = 0
 
     def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
         self.preemptive = bool(getattr(params, "preempt", False))
         if ctx is not None:
-            ctx.waiting = KeyedQueue(self.key)
+            ctx.waiting = KeyedQueue(self.key, *self._key_form())
         self._keys = KeyCache(self.key)
         #: the key of a running request now: :meth:`key`, or its cached value for static keys
         self.rank = self._keys.__getitem__ if self.static_keys else self.key
@@ -45,10 +48,28 @@ class KeyedPolicy(BatchPolicy):
         #: admitted and leave: with static keys and no memory limit (no swapping)
         self._ordered: list[Request] | None = (
             [] if self.static_keys and self.mem is None else None)
+        #: ``(request, 1)`` for each of ``_entries_of`` (the running order it mirrors), in
+        #: that order: a decode step's entries (see :meth:`decode_entries`)
+        self._entries: list[tuple[Request, int]] | None = None
+        self._entries_of: list[Request] | None = None
 
     def key(self, req: Request) -> Any:
         """Sort key of ``req`` (smaller runs first); computed when it is queued."""
         raise NotImplementedError
+
+    def index_key(self, source: Any) -> Callable[[int], Any] | None:
+        """The key of a lazy open-loop ``source``'s request from its workload index: the same
+        value as :meth:`key` with the same effects (``None``: only from requests)."""
+        return None
+
+    def _key_form(self) -> tuple[int, Callable[[Any], Callable[[int], Any] | None] | None]:
+        """:attr:`key_width` and :meth:`index_key`, as the class that defines the :meth:`key`
+        in use declares them (a subclass with a key of its own does not inherit them)."""
+        for cls in type(self).__mro__:
+            if "key" in cls.__dict__:
+                return (int(cls.__dict__.get("key_width", 0)),
+                        self.index_key if "index_key" in cls.__dict__ else None)
+        return 0, None
 
     def pool_safe(self) -> bool:
         return self.static_keys  # a running request's rank is its key, computed once
@@ -65,9 +86,8 @@ class KeyedPolicy(BatchPolicy):
         worst = self.memory_victim()
         waiting = self.ctx.waiting
         if type(waiting) is KeyedQueue and waiting:  # the head's key, as it was queued
-            key, _, first = waiting.top()
-            if first is not head:
-                key = self.key(head)
+            entry = waiting.top()
+            key = waiting.entry_key(entry) if entry[-1] is head else self.key(head)
         else:
             key = self.key(head)
         return worst if key < self.rank(worst) else None
@@ -82,17 +102,26 @@ class KeyedPolicy(BatchPolicy):
     def admitted(self, req: Request) -> None:
         super().admitted(req)
         if self.static_keys:  # its key, as it was queued (a static key does not change)
-            popped = getattr(self.ctx.waiting, "popped", None)
-            if popped is not None and popped[2] is req:
-                self._keys[req] = popped[0]
+            waiting = self.ctx.waiting
+            popped = getattr(waiting, "popped", None)
+            if popped is not None and popped[-1] is req:
+                self._keys[req] = waiting.entry_key(popped)
         ordered = self._ordered
         if ordered is not None:  # after its equals (insort_right), in one look if it is last
             rank = self.rank
             x = rank(req)
+            entries = self._entries if self._entries_of is ordered else None
+            if entries is not None and len(entries) != len(ordered):
+                entries = self._entries = None
             if not ordered or not x < rank(ordered[-1]):
                 ordered.append(req)
+                if entries is not None:
+                    entries.append((req, 1))
             else:
-                ordered.insert(bisect.bisect_right(ordered, x, key=rank), req)
+                at = bisect.bisect_right(ordered, x, key=rank)
+                ordered.insert(at, req)
+                if entries is not None:
+                    entries.insert(at, (req, 1))
 
     def release(self, req: Request) -> None:
         super().release(req)
@@ -100,10 +129,32 @@ class KeyedPolicy(BatchPolicy):
         # (absent if a subclass's admitted() skipped ours: then order() does not use it)
         if ordered is not None:
             try:
-                ordered.remove(req)
+                at = ordered.index(req)
             except ValueError:  # (not in it)
-                ordered = None
+                at = -1
+            if at >= 0:
+                del ordered[at]
+                entries = self._entries
+                if entries is not None and self._entries_of is ordered:
+                    if len(entries) == len(ordered) + 1:
+                        del entries[at]
+                    else:
+                        self._entries = None
         self._keys.pop(req, None)
+
+    def decode_entries(self) -> list[tuple[Request, int]]:
+        """:meth:`BatchPolicy.decode_entries`, from a copy of ``(request, 1)`` pairs kept in
+        the order of the running requests as they are admitted and leave."""
+        ordered = self.order_running()
+        entries = self._entries
+        if (ordered is self._ordered and entries is not None and self._entries_of is ordered
+                and len(entries) == len(ordered)):
+            return entries.copy()
+        fresh = list(zip(ordered, ONE, strict=False))
+        if ordered is self._ordered:  # kept from here on
+            self._entries, self._entries_of = fresh, ordered
+            return fresh.copy()
+        return fresh
 
     def swap_first(self, swapped: Request, head: Request) -> bool:
         """A swapped-out request comes back before ``head`` unless ``head`` has a smaller key."""

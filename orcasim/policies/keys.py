@@ -74,14 +74,25 @@ class LengthPredictor:
         self._pred: dict[int, float] = {}
 
     def __call__(self, req: Request) -> float:
+        return self.of_row(req.id, req.output_len)
+
+    def of_row(self, rid: int, output_len: int) -> float:
+        """The prediction for request ``rid`` of true length ``output_len`` (as a call with
+        the request)."""
         if self.sigma == 0.0:
-            return float(req.output_len)
-        pred = self._pred.get(req.id)
+            return float(output_len)
+        pred = self._pred.get(rid)
         if pred is None:
-            pred = self._pred[req.id] = req.output_len * math.exp(
+            pred = self._pred[rid] = output_len * math.exp(
                 self.sigma * float(self.ctx.rng.standard_normal()))
         return pred
 
     def forget(self, req: Request) -> None:
         """Drop ``req``'s prediction (it left the system)."""
         self._pred.pop(req.id, None)
+
+
+def row_columns(source: Any) -> dict[str, Any]:
+    """A lazy open-loop source's per-request workload columns by attribute (an attribute
+    without one keeps the :class:`~orcasim.request.Request` default)."""
+    return dict(source._attrs)

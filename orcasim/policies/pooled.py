@@ -111,8 +111,11 @@ class PooledPlans:
                 bulk = m
             else:  # every member's gap is the same (their last tokens came with the pool's)
                 gap = t1 - pool.last  # type: ignore[operator]
-                if any(r.num_output_tokens and r.last_token != prev_end for r, _ in rest):
-                    own = False  # both kinds: recorded in the step's order
+                for r, _ in rest:  # (any other request with a gap of its own?)
+                    if r.num_output_tokens and r.last_token != prev_end:
+                        own = False  # both kinds: recorded in the step's order
+                        break
+                if not own:
                     for r, _ in plan.scheduled or ():
                         if r in pool:
                             record_itl(gap)

@@ -16,6 +16,7 @@ level L had arrived ``L x aging_s`` later. A batch request that has waited
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import Field
@@ -23,7 +24,7 @@ from pydantic import Field
 from orcasim.context import SchedulerContext
 from orcasim.policies.common import TokenParams
 from orcasim.policies.keyed import KeyedPolicy
-from orcasim.policies.keys import ClassLevels
+from orcasim.policies.keys import ClassLevels, row_columns
 from orcasim.registry import policies
 from orcasim.request import Request
 
@@ -67,7 +68,27 @@ class Priority(KeyedPolicy):
             return least < worst[0]
         return self.ctx.env.now + least * self.aging_s < worst[0]
 
+    key_width = 2  # (key: a pair)
+
     def key(self, req: Request) -> Any:
         if self.aging_s is None:
             return (self.level(req), req.arrival)
         return (req.arrival + self.level(req) * self.aging_s, 0)
+
+    def index_key(self, source: Any) -> Callable[[int], Any] | None:
+        cols = row_columns(source)
+        arrival, classes, aging = source._arrival, self.level.classes, self.aging_s
+        prio, cls = cols.get("priority"), cols.get("cls")
+        if classes is not None and cls is None:
+            return None  # no request has a class: key() says so
+
+        def of_row(i: int) -> Any:
+            if classes is None:
+                level = prio[i] if prio is not None else 0
+            else:
+                level = classes.get(cls[i])
+                if level is None:  # not listed: key() says so
+                    return self.key(source._request(i, arrival[i]))
+            return (level, arrival[i]) if aging is None else (arrival[i] + level * aging, 0)
+
+        return of_row

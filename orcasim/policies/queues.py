@@ -9,8 +9,9 @@ hard stop work with any policy.
 - :class:`KeyedQueue`: a heap on a per-request key computed once, when the
   request is queued (priority level, deadline, predicted length...). Ties go
   first come, first served. O(log n) per operation.
-- :class:`GroupedQueue`: one FIFO per group (class, tenant), for policies that
-  first choose a group and then serve it in arrival order.
+- :class:`~orcasim.policies.grouped.GroupedQueue`: one FIFO per group (class,
+  tenant), for policies that first choose a group and then serve it in arrival
+  order.
 
 Both take arrivals from a lazy source at step boundaries (:class:`Released`).
 
@@ -20,8 +21,7 @@ Pure data structures: no SimPy.
 from __future__ import annotations
 
 import heapq
-from collections import deque
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from orcasim.request import Request
@@ -49,7 +49,7 @@ class Released:
 
     def attach(self, backlog: Any) -> Released:
         """Take the arrivals of a lazy source's ``backlog`` (a
-        :class:`~orcasim.source.Backlog`) as :meth:`release` says they came; return itself
+        :class:`~orcasim.backlog.Backlog`) as :meth:`release` says they came; return itself
         (what the source releases into)."""
         self._backlog = backlog
         return self
@@ -72,38 +72,93 @@ class KeyedQueue(Released):
     The key is computed when a request is queued and does not change while it
     waits. Removal from the middle is lazy (the entry is skipped when it
     reaches the top), so every operation is O(log n).
+
+    An entry is ``(key, number, request)``; with ``width`` (every key a tuple
+    of that many items) it is the key's items followed by the number and the
+    request, which orders the same and compares faster (one flat tuple).
+    :meth:`entry_key` gives an entry's key either way.
+
+    With ``index_keys`` (``source -> (index -> key)`` or ``None``, the key of
+    a lazy source's request from its workload row, equal to ``key`` of the
+    request with the same effects), the arrivals a lazy source releases are
+    queued as workload indices: a request is made only when it reaches the
+    head (or the queue is iterated), so one that waits costs its entry alone.
     """
 
-    __slots__ = ("_heap", "_key", "_live", "_seq", "_top", "popped")
+    __slots__ = ("_heap", "_index_keys", "_key", "_lazy", "_live", "_make", "_of_row", "_seq",
+                 "_top", "_width", "popped")
 
-    def __init__(self, key: Callable[[Request], Any]) -> None:
+    def __init__(self, key: Callable[[Request], Any], width: int = 0,
+                 index_keys: Callable[[Any], Callable[[int], Any] | None] | None = None) -> None:
         super().__init__()
         self._key = key
-        self._heap: list[tuple[Any, int, Request]] = []
+        self._width = width
+        self._index_keys = index_keys
+        self._of_row: Callable[[int], Any] | None = None  # a row's key (a lazy source's)
+        self._make: Callable[[int], Request] | None = None  # a row's request
+        self._lazy = 0  # entries that hold a workload index (all live)
+        self._heap: list[tuple[Any, ...]] = []
         self._live: dict[int, int] = {}  # id(request) -> seq of its live entry
         self._seq = 0
         #: the first live entry, which is the heap's first (None: not known)
-        self._top: tuple[Any, int, Request] | None = None
+        self._top: tuple[Any, ...] | None = None
         #: the entry :meth:`popleft` took last (its key, for a policy that ranks by it)
-        self.popped: tuple[Any, int, Request] | None = None
+        self.popped: tuple[Any, ...] | None = None
 
     def __len__(self) -> int:
-        return len(self._live)
+        return len(self._live) + self._lazy
 
     def __bool__(self) -> bool:
-        return bool(self._live)
+        return bool(self._live) or self._lazy > 0
 
     def __iter__(self) -> Iterator[Request]:
         """The waiting requests in queue order."""
+        if self._lazy:
+            heap = self._heap
+            for at, entry in enumerate(heap):
+                if type(entry[-1]) is int:
+                    heap[at] = self._made(entry)
         live = self._live
-        return iter([r for _, s, r in sorted(self._heap) if live.get(id(r)) == s])
+        return iter([e[-1] for e in sorted(self._heap) if live.get(id(e[-1])) == e[-2]])
+
+    def attach(self, backlog: Any) -> Released:
+        """:meth:`Released.attach`; with ``index_keys``, its releases are queued as indices."""
+        super().attach(backlog)
+        src = backlog._source
+        of_row = self._index_keys(src) if self._index_keys is not None else None
+        if of_row is not None:
+            arrival, request = src._arrival, src._request
+            self._of_row = of_row
+            self._make = lambda i: request(i, arrival[i])
+        return self
+
+    def _made(self, entry: tuple[Any, ...]) -> tuple[Any, ...]:
+        """``entry`` of a workload index, with the index made into its request (now live)."""
+        req = self._make(entry[-1])  # type: ignore[misc]
+        self._live[id(req)] = entry[-2]
+        self._lazy -= 1
+        return (*entry[:-1], req)
+
+    def entry_key(self, entry: tuple[Any, ...]) -> Any:
+        """The key of ``entry`` (one of :meth:`top`, :attr:`popped`)."""
+        w = self._width
+        return entry[:w] if w else entry[0]
+
+    def _entry(self, req: Request, seq: int) -> tuple[Any, ...]:
+        k = self._key(req)
+        if not self._width:
+            return (k, seq, req)
+        if type(k) is not tuple or len(k) != self._width:
+            raise TypeError(f"key {k!r} of request {req.label} is not a tuple of "
+                            f"{self._width} items")
+        return (*k, seq, req)
 
     def append(self, req: Request) -> None:
         """Queue ``req`` at the place its key gives it."""
         seq = self._seq
         self._seq = seq + 1
         self._live[id(req)] = seq
-        entry = (self._key(req), seq, req)
+        entry = self._entry(req, seq)
         heapq.heappush(self._heap, entry)
         top = self._top
         if top is not None and entry < top:
@@ -117,12 +172,17 @@ class KeyedQueue(Released):
         backlog.release(hi)
         if not backlog:
             return
-        key, live, heap, push = self._key, self._live, self._heap, heapq.heappush
+        of_row = self._of_row
+        if of_row is not None and not backlog._head:  # as indices (see the class)
+            self._release_rows(backlog, of_row)
+            return
+        live, heap, push = self._live, self._heap, heapq.heappush
+        make = self._entry
         seq = self._seq
         top = self._top
         for req in backlog:  # in arrival order, as :meth:`append` one by one
             live[id(req)] = seq
-            entry = (key(req), seq, req)
+            entry = make(req, seq)
             push(heap, entry)
             if top is not None and entry < top:
                 top = None
@@ -131,15 +191,38 @@ class KeyedQueue(Released):
         self._top = top
         backlog.clear()
 
-    def top(self) -> tuple[Any, int, Request]:
-        """The first entry: ``(key, number, request)`` (IndexError if empty)."""
+    def _release_rows(self, backlog: Any, of_row: Callable[[int], Any]) -> None:
+        """The backlog's released rows queued as workload indices, in arrival order."""
+        heap, push, w = self._heap, heapq.heappush, self._width
+        lo, hi = backlog._lo, backlog._hi
+        backlog._lo = hi
+        seq = self._seq
+        top = self._top
+        for i in range(lo, hi):
+            k = of_row(i)
+            entry = (*k, seq, i) if w else (k, seq, i)
+            push(heap, entry)
+            if top is not None and entry < top:
+                top = None
+            seq += 1
+        self._lazy += hi - lo
+        self._seq = seq
+        self._top = top
+
+    def top(self) -> tuple[Any, ...]:
+        """The first entry: ``(key, number, request)``, or with ``width`` the key's items,
+        the number and the request (IndexError if empty)."""
         top = self._top
         if top is not None:
             return top
         heap, live = self._heap, self._live
         while heap:
             entry = heap[0]
-            if live.get(id(entry[2])) == entry[1]:
+            if type(entry[-1]) is int:  # a workload index: its request now
+                entry = heap[0] = self._made(entry)
+                self._top = entry
+                return entry
+            if live.get(id(entry[-1])) == entry[-2]:
                 self._top = entry
                 return entry
             heapq.heappop(heap)
@@ -147,20 +230,20 @@ class KeyedQueue(Released):
 
     def peek(self) -> Request:
         """The first request, without removing it (IndexError if empty)."""
-        return self.top()[2]
+        return self.top()[-1]  # type: ignore[no-any-return]
 
     def __getitem__(self, i: int) -> Request:
         """``queue[0]`` is the first request, as for a deque; other indices are not supported."""
         top = self._top
         if top is not None and i == 0:
-            return top[2]
+            return top[-1]  # type: ignore[no-any-return]
         if i != 0:
             raise IndexError("only queue[0] (the head) is supported")
-        return self.top()[2]
+        return self.top()[-1]  # type: ignore[no-any-return]
 
     def peek_key(self) -> Any:
         """The key of the first request (IndexError if empty)."""
-        return self.top()[0]
+        return self.entry_key(self.top())
 
     def popleft(self) -> Request:
         """Remove and return the first request (IndexError if empty)."""
@@ -168,142 +251,22 @@ class KeyedQueue(Released):
         if entry is None:
             entry = self.top()
         self.popped = entry
-        req = entry[2]
+        req = entry[-1]
         heapq.heappop(self._heap)
         del self._live[id(req)]
         self._top = None
-        return req
+        return req  # type: ignore[no-any-return]
 
     def remove(self, req: Request) -> None:
         """Take ``req`` out of the queue (ValueError if it is not queued)."""
         if self._live.pop(id(req), None) is None:
             raise ValueError(f"request {req.label} is not queued")
         top = self._top
-        if top is not None and top[2] is req:
+        if top is not None and top[-1] is req:
             self._top = None
 
     def clear(self) -> None:
         self._heap.clear()
         self._live.clear()
+        self._lazy = 0
         self._top = None
-
-
-class GroupedQueue(Released):
-    """One first-come-first-served queue per group (``group(request)``: class, tenant...).
-
-    ``queue[0]`` and ``popleft()`` serve the group chosen by ``choose(groups)``
-    (which must not change anything), called with the groups that have waiting
-    requests in the order they first appeared. ``on_backlog(group, request)`` is
-    called when a new arrival finds its group's queue empty (before it is queued).
-    The choice is kept until the backlogged groups change, or the owner of what
-    ``choose`` reads says it changed (:meth:`forget_choice`).
-    """
-
-    __slots__ = ("_choose", "_chosen", "_group", "_n", "_on_backlog", "queues")
-
-    def __init__(
-        self,
-        group: Callable[[Request], Hashable],
-        choose: Callable[[list[Hashable]], Hashable] | None = None,
-        on_backlog: Callable[[Hashable, Request], None] | None = None,
-    ) -> None:
-        super().__init__()
-        self._group = group
-        self._choose = choose
-        self._on_backlog = on_backlog
-        self.queues: dict[Hashable, deque[Request]] = {}
-        self._n = 0
-        self._chosen: list[Hashable] = []  # the group served next, when known
-
-    def forget_choice(self) -> None:
-        """What ``choose`` reads changed: choose again when asked."""
-        self._chosen = []
-
-    def __len__(self) -> int:
-        return self._n
-
-    def __bool__(self) -> bool:
-        return self._n > 0
-
-    def __iter__(self) -> Iterator[Request]:
-        """Waiting requests, group by group."""
-        for q in self.queues.values():
-            yield from q
-
-    def group(self, req: Request) -> Hashable:
-        return self._group(req)
-
-    def backlogged(self) -> list[Hashable]:
-        """Groups with waiting requests."""
-        return [g for g, q in self.queues.items() if q]
-
-    def append(self, req: Request) -> None:
-        g = self._group(req)
-        q = self.queues.get(g)
-        if q is None:
-            q = self.queues[g] = deque()
-        if not q:
-            self._chosen = []
-            if self._on_backlog is not None:
-                self._on_backlog(g, req)
-        q.append(req)
-        self._n += 1
-
-    def appendleft(self, req: Request) -> None:
-        """Put ``req`` back at the head of its group (a preempted request)."""
-        g = self._group(req)
-        q = self.queues.setdefault(g, deque())
-        if not q:
-            self._chosen = []
-        q.appendleft(req)
-        self._n += 1
-
-    def peek_group(self, g: Hashable) -> Request:
-        return self.queues[g][0]
-
-    def pop_group(self, g: Hashable) -> Request:
-        """Remove and return the first request of group ``g``."""
-        q = self.queues[g]
-        req = q.popleft()
-        self._n -= 1
-        if not q:
-            self._chosen = []
-        return req
-
-    def next_group(self) -> Hashable:
-        """The group served next (IndexError if every queue is empty)."""
-        chosen = self._chosen
-        if chosen:
-            return chosen[0]
-        groups = self.backlogged()
-        if not groups:
-            raise IndexError("the queue is empty")
-        g = self._choose(groups) if self._choose is not None else groups[0]
-        self._chosen = [g]
-        return g
-
-    def __getitem__(self, i: int) -> Request:
-        """``queue[0]``: the request ``popleft()`` would return."""
-        if i != 0:
-            raise IndexError("only queue[0] (the head) is supported")
-        chosen = self._chosen
-        return self.queues[chosen[0] if chosen else self.next_group()][0]
-
-    def popleft(self) -> Request:
-        """Serve the group ``choose`` picks (default: the first backlogged one)."""
-        chosen = self._chosen
-        return self.pop_group(chosen[0] if chosen else self.next_group())
-
-    def remove(self, req: Request) -> None:
-        q = self.queues.get(self._group(req))
-        if q is None or req not in q:
-            raise ValueError(f"request {req.label} is not queued")
-        q.remove(req)
-        self._n -= 1
-        if not q:
-            self._chosen = []
-
-    def clear(self) -> None:
-        self.queues.clear()
-        self._n = 0
-        self._chosen = []

@@ -211,8 +211,15 @@ class TokenRuns:
             req.last_token = t_end
             running.remove(req)
         ctx = self.ctx
+        release = self.release  # type: ignore[attr-defined]
+        slots = ctx.slots
+        if ctx.on_end is None and not slots._getters and slots._freed is None:
+            for req in finished:  # nobody acts on an end: all released, then all finished
+                release(req)
+            ctx.finish_all(finished, t_end)
+            return
         for req in finished:
-            self.release(req)  # type: ignore[attr-defined]
+            release(req)
             ctx.finish(req, t_end)
 
     #: after a run, while nothing else changed the batch: ``(self.running, its length, KV

@@ -9,6 +9,7 @@ running request keeps its place (see ``srpt`` for the preemptive variant).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import Field
@@ -38,8 +39,14 @@ class SJF(KeyedPolicy):
         self.predict = LengthPredictor(params.sigma, ctx)
         super().__init__(params, ctx)
 
+    key_width = 2  # (key: a pair)
+
     def key(self, req: Request) -> Any:
         return (self.predict(req), req.arrival)
+
+    def index_key(self, source: Any) -> Callable[[int], Any] | None:
+        of_row, output, arrival = self.predict.of_row, source._output, source._arrival
+        return lambda i: (of_row(i, output[i]), arrival[i])
 
     def release(self, req: Request) -> None:
         super().release(req)

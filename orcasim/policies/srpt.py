@@ -10,7 +10,7 @@ its prediction has 0 left and is never preempted.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from orcasim.context import SchedulerContext
@@ -58,8 +58,14 @@ class SRPT(SJF):
 
     static_keys = False  # the remaining length shrinks as it decodes
 
+    key_width = 2  # (key: a pair)
+
     def key(self, req: Request) -> Any:
         return (max(self.predict(req) - req.num_output_tokens, 0.0), req.arrival)
+
+    def index_key(self, source: Any) -> Callable[[int], Any] | None:
+        of_row, output, arrival = self.predict.of_row, source._output, source._arrival
+        return lambda i: (max(of_row(i, output[i]) - 0, 0.0), arrival[i])  # (nothing generated)
 
     def pool_safe(self) -> bool:
         return True  # its rank reads the pool
