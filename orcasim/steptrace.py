@@ -182,6 +182,12 @@ class TraceWriter:
         self._open: deque[dict[str, Any]] = deque()  # lines awaiting their output, oldest first
         # labels of the requests in the system, by request (each made once, at arrival)
         self._labels: dict[Request, str] = {}
+        # the running list and the queue at the last call and their labels: from one step
+        # to the next they mostly stay the same, and comparing them is cheaper than labelling
+        self._running: list[Request] = []  # (requests compare by identity)
+        self._running_labels: list[str] = []
+        self._waiting: list[Request] = []
+        self._waiting_labels: list[str] = []
 
     def scheduled(self, policy: VllmV1, out: StepOutput) -> None:
         kv = policy.kv
@@ -201,15 +207,22 @@ class TraceWriter:
             for e, entry in zip(entries, out.entries, strict=True):
                 e["blocks"] = kv.block_ids(entry[0])
         preempted = out.preempted
-        waiting = policy.ctx.waiting
+        running = policy.running
+        if running != self._running:
+            self._running = running[:]
+            self._running_labels = list(map(label, running))
+        waiting = list(policy.ctx.waiting)
+        if waiting != self._waiting:
+            self._waiting = waiting
+            self._waiting_labels = list(map(label, waiting))
         line = {
             "step": round(policy.ctx.env._now),
             "arrivals": arrivals,
             "scheduled": entries,
             "num_batched_tokens": out.num_tokens,
             "preempted": sorted(map(label, preempted)) if preempted else [],
-            "running": list(map(label, policy.running)),
-            "waiting": list(map(label, waiting)) if waiting else [],
+            "running": self._running_labels[:],
+            "waiting": self._waiting_labels[:],
             "free_blocks_after_schedule": kv.pool.free_queue.num_free_blocks,
             "cached_blocks": len(kv.pool.cached),
         }
@@ -225,18 +238,25 @@ class TraceWriter:
 @contextmanager
 def _young_collections_rarer(threshold: int = 50_000) -> Iterator[None]:
     """Collect the youngest generation every ``threshold`` allocations instead of every
-    700, until the block ends (the previous thresholds are put back).
+    700, until the block ends (the previous thresholds are put back); at the end, what
+    the block allocated goes to the oldest generation at once.
 
     A trace keeps every line, a dict with half a dozen lists, to the end: with
     the default threshold the cyclic collector runs every few steps and
-    promotes them over and over (about 3 % of a golden workload's run). The
-    run makes little cyclic garbage, and it is still collected, less often.
+    promotes them over and over (about 3 % of a golden workload's run), and
+    the first collection after the block would scan them all once more. The
+    run makes little cyclic garbage, and it is still collected, less often
+    (what is left at the end, by a full collection). Objects the caller froze
+    (:func:`gc.freeze`) stay frozen: then nothing is promoted.
     """
     before = gc.get_threshold()
     gc.set_threshold(threshold, *before[1:])
     try:
         yield
     finally:
+        if not gc.get_freeze_count():
+            gc.freeze()  # every tracked object to the permanent generation, then all of
+            gc.unfreeze()  # them to the oldest one: the young ones promoted without a scan
         gc.set_threshold(*before)
 
 
