@@ -162,22 +162,19 @@ class Scheduling(PolicyState):
         pending: list[list[Any]] = []  # entries advanced by the pass at the end
         num_decode = num_lazy = 0
         if not priority:
-            # FCFS takes victims from the end of the list, after the request being
-            # scheduled, so the iteration stops before them and a scheduled request stays
-            # scheduled: a lazy decode is advanced at once
+            # FCFS with async scheduling (synchronous FCFS is _schedule_fcfs) takes victims
+            # from the end of the list, after the request being scheduled, so the iteration
+            # stops before them and a scheduled request stays scheduled: a lazy decode is
+            # advanced at once
             for req in running:
                 if budget <= 0:
                     break
                 computed = req.num_computed_tokens
-                if use_placeholders:
-                    seq = seqs[req.id]
-                    placeholders = seq.num_placeholders
-                    num_prompt = seq.num_prompt
-                    if placeholders and computed + 2 - placeholders >= num_prompt + req.output_len:
-                        continue  # its last token is already in flight
-                else:
-                    placeholders = 0
-                    num_prompt = req.prompt_len or 1  # seq.num_prompt
+                seq = seqs[req.id]
+                placeholders = seq.num_placeholders
+                num_prompt = seq.num_prompt
+                if placeholders and computed + 2 - placeholders >= num_prompt + req.output_len:
+                    continue  # its last token is already in flight
                 known = num_prompt + req.num_output_tokens  # req.num_tokens
                 n = known + placeholders - computed
                 if n == 1 and computed < last_slot and (len(tables[req.id]) * bs > computed
@@ -195,9 +192,8 @@ class Scheduling(PolicyState):
                     num_lazy += 1
                     if computed >= num_prompt:
                         num_decode += 1
-                    if use_placeholders:
-                        seq.num_in_flight += 1
-                        seq.num_placeholders += 1
+                    seq.num_in_flight += 1
+                    seq.num_placeholders += 1
                     continue
                 if 0 < threshold < n:
                     n = threshold
