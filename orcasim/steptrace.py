@@ -81,9 +81,21 @@ class StepWorkload:
         self.params: VllmV1.Params = VllmV1.Params(  # type: ignore[assignment]
             **{k: v for k, v in config.items() if k != "output_token"}, empty_steps=True,
             input_lag=False)  # an arrival_step names the schedule call that sees the request
+        self._arrays: tuple[list[TraceRequest], WorkloadArrays] | None = None
 
     def arrays(self) -> WorkloadArrays:
-        """The requests as workload columns (arrival time = arrival step)."""
+        """The requests as workload columns (arrival time = arrival step).
+
+        Made once for a request list and shared by the runs of the workload (a
+        run only reads them).
+        """
+        reqs = self.requests
+        made = self._arrays
+        if made is None or made[0] is not reqs:
+            made = self._arrays = (reqs, self._make_arrays())
+        return made[1]
+
+    def _make_arrays(self) -> WorkloadArrays:
         reqs = self.requests
         return WorkloadArrays(
             arrival=np.array([float(r.arrival_step) for r in reqs], dtype=np.float64),
