@@ -34,6 +34,7 @@ class Scheduling(PolicyState):
     _scheduled_at: float
     _limits: tuple[Any, ...]
     _fit: tuple[int, int, int]
+    _sync_fcfs: bool
     _admit: Any  # Admission._admit
     _admit_fcfs: Any  # Admission._admit_fcfs
     _lazy: bool
@@ -121,6 +122,7 @@ class Scheduling(PolicyState):
                         p.long_prefill_token_threshold, p.async_scheduling, p.max_num_seqs,
                         self.priority, kv.tables, kv.num_cached, kv.append_block, kv.block_size,
                         kv.enable_caching)
+        self._sync_fcfs = not (self.priority or p.async_scheduling)  # see _schedule_fcfs
         # what misfit compares with: max_model_len, block size, usable blocks
         self._fit = (p.max_model_len, p.block_size, p.num_blocks - 1)
 
@@ -145,13 +147,13 @@ class Scheduling(PolicyState):
             out = self._schedule_lazily()
             if out is not None:
                 return out
+        if self._sync_fcfs:
+            return self._schedule_fcfs()
         kv, seqs, running = self.kv, self.seqs, self.running
         waiting = self.ctx.waiting
         # the configuration (fixed for the run), read once per call
         (budget, last_slot, threshold, use_placeholders, _, priority, tables,
          num_cached, append_block, bs, caching) = self._limits
-        if not (priority or use_placeholders):
-            return self._schedule_fcfs()
         if threshold and len(running) + len(waiting) <= 1:
             threshold = 0
         # entries [req, n, start, kind, emits] in order; under priority a victim's entry is
