@@ -237,6 +237,8 @@ class TraceWriter:
             "waiting": self._waiting_labels[:],
             "free_blocks_after_schedule": kv.pool.free_queue.num_free_blocks,
             "cached_blocks": len(kv.pool.cached),
+            "finished": None,  # (set by updated: made here, the dict is made at its size)
+            "free_blocks_after_update": None,
         }
         self._open.append(line)
         self.lines.append(line)
