@@ -194,6 +194,7 @@ class TraceWriter:
         self._open: deque[dict[str, Any]] = deque()  # lines awaiting their output, oldest first
         # labels of the requests in the system, by request (each made once, at arrival)
         self._labels: dict[Request, str] = {}
+        self._label = self._labels.__getitem__
         # the running list and the queue at the last call and their labels: from one step
         # to the next they mostly stay the same, and comparing them is cheaper than labelling
         self._running: list[Request] = []  # (requests compare by identity)
@@ -204,7 +205,7 @@ class TraceWriter:
     def scheduled(self, policy: VllmV1, out: StepOutput) -> None:
         kv = policy.kv
         labels = self._labels
-        label = labels.__getitem__
+        label = self._label
         arrivals = []
         if out.arrivals:
             arrivals = [r.label for r in out.arrivals]

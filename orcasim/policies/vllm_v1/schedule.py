@@ -64,7 +64,9 @@ class Scheduling(PolicyState):
         the scheduler, as in vLLM's input queue) for the following schedule call.
         """
         ctx = self.ctx
-        ctx.poll_arrivals()
+        src = ctx.source  # ctx.poll_arrivals(), inline: once per schedule call
+        if src is not None and src.pending_until(ctx.env._now):
+            src.flush(ctx.env._now)
         waiting, seqs = ctx.waiting, self.seqs
         if self._lagged:
             self._hold_late(waiting, seqs)
