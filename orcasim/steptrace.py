@@ -224,10 +224,12 @@ class TraceWriter:
         if running != self._running:
             self._running = running[:]
             self._running_labels = list(map(label, running))
-        waiting = list(policy.ctx.waiting)
-        if waiting != self._waiting:
-            self._waiting = waiting
-            self._waiting_labels = list(map(label, waiting))
+        waiting = policy.ctx.waiting
+        if waiting or self._waiting:
+            waiting = list(waiting)
+            if waiting != self._waiting:
+                self._waiting = waiting
+                self._waiting_labels = list(map(label, waiting))
         line = {
             "step": round(policy.ctx.env._now),
             "arrivals": arrivals,
