@@ -130,9 +130,7 @@ class Admission(PolicyState):
                 e[4] = True
                 num_emits += 1
         self._finished_since_schedule = False
-        out = StepOutput(entries, preempted, self._arrivals, num_tokens)
-        out.num_decode = num_decode
-        out.num_emits = num_emits
+        out = StepOutput(entries, preempted, self._arrivals, num_tokens, num_decode, num_emits)
         self._arrivals = []
         return out
 
@@ -207,8 +205,6 @@ class Admission(PolicyState):
                 if budget <= 0 or not waiting or len(running) >= max_num_seqs:
                     break
         self._finished_since_schedule = False
-        out = StepOutput(entries, preempted, self._arrivals, num_tokens)
-        out.num_decode = num_decode
-        out.num_emits = num_emits
+        out = StepOutput(entries, preempted, self._arrivals, num_tokens, num_decode, num_emits)
         self._arrivals = []
         return out
