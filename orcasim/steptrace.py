@@ -81,9 +81,21 @@ class StepWorkload:
         self.params: VllmV1.Params = VllmV1.Params(  # type: ignore[assignment]
             **{k: v for k, v in config.items() if k != "output_token"}, empty_steps=True,
             input_lag=False)  # an arrival_step names the schedule call that sees the request
+        self._arrays: tuple[list[TraceRequest], WorkloadArrays] | None = None
 
     def arrays(self) -> WorkloadArrays:
-        """The requests as workload columns (arrival time = arrival step)."""
+        """The requests as workload columns (arrival time = arrival step).
+
+        Made once for a request list and shared by the runs of the workload (a
+        run only reads them).
+        """
+        reqs = self.requests
+        made = self._arrays
+        if made is None or made[0] is not reqs:
+            made = self._arrays = (reqs, self._make_arrays())
+        return made[1]
+
+    def _make_arrays(self) -> WorkloadArrays:
         reqs = self.requests
         return WorkloadArrays(
             arrival=np.array([float(r.arrival_step) for r in reqs], dtype=np.float64),
@@ -182,11 +194,18 @@ class TraceWriter:
         self._open: deque[dict[str, Any]] = deque()  # lines awaiting their output, oldest first
         # labels of the requests in the system, by request (each made once, at arrival)
         self._labels: dict[Request, str] = {}
+        self._label = self._labels.__getitem__
+        # the running list and the queue at the last call and their labels: from one step
+        # to the next they mostly stay the same, and comparing them is cheaper than labelling
+        self._running: list[Request] = []  # (requests compare by identity)
+        self._running_labels: list[str] = []
+        self._waiting: list[Request] = []
+        self._waiting_labels: list[str] = []
 
     def scheduled(self, policy: VllmV1, out: StepOutput) -> None:
         kv = policy.kv
         labels = self._labels
-        label = labels.__getitem__
+        label = self._label
         arrivals = []
         if out.arrivals:
             arrivals = [r.label for r in out.arrivals]
@@ -201,17 +220,28 @@ class TraceWriter:
             for e, entry in zip(entries, out.entries, strict=True):
                 e["blocks"] = kv.block_ids(entry[0])
         preempted = out.preempted
+        running = policy.running
+        if running != self._running:
+            self._running = running[:]
+            self._running_labels = list(map(label, running))
         waiting = policy.ctx.waiting
+        if waiting or self._waiting:
+            waiting = list(waiting)
+            if waiting != self._waiting:
+                self._waiting = waiting
+                self._waiting_labels = list(map(label, waiting))
         line = {
             "step": round(policy.ctx.env._now),
             "arrivals": arrivals,
             "scheduled": entries,
             "num_batched_tokens": out.num_tokens,
             "preempted": sorted(map(label, preempted)) if preempted else [],
-            "running": list(map(label, policy.running)),
-            "waiting": list(map(label, waiting)) if waiting else [],
+            "running": self._running_labels[:],
+            "waiting": self._waiting_labels[:],
             "free_blocks_after_schedule": kv.pool.free_queue.num_free_blocks,
             "cached_blocks": len(kv.pool.cached),
+            "finished": None,  # (set by updated: made here, the dict is made at its size)
+            "free_blocks_after_update": None,
         }
         self._open.append(line)
         self.lines.append(line)
@@ -222,21 +252,41 @@ class TraceWriter:
         line["free_blocks_after_update"] = policy.kv.pool.free_queue.num_free_blocks
 
 
+class _RowsOnly(Recorder):
+    """A step trace's recorder: the requests' rows (the run checks that every request
+    finished), no step columns or inter-token gaps (the trace lines say what each step
+    did, and nothing reads the run's metrics)."""
+
+    def record_step(self, t_start: float, t_end: float, num_seqs: int, num_tokens: int,
+                    num_waiting: int, itl_count: int) -> None:
+        return None
+
+    def record_itl(self, gap: float, count: int = 1) -> None:
+        return None
+
+
 @contextmanager
 def _young_collections_rarer(threshold: int = 50_000) -> Iterator[None]:
     """Collect the youngest generation every ``threshold`` allocations instead of every
-    700, until the block ends (the previous thresholds are put back).
+    700, until the block ends (the previous thresholds are put back); at the end, what
+    the block allocated goes to the oldest generation at once.
 
     A trace keeps every line, a dict with half a dozen lists, to the end: with
     the default threshold the cyclic collector runs every few steps and
-    promotes them over and over (about 3 % of a golden workload's run). The
-    run makes little cyclic garbage, and it is still collected, less often.
+    promotes them over and over (about 3 % of a golden workload's run), and
+    the first collection after the block would scan them all once more. The
+    run makes little cyclic garbage, and it is still collected, less often
+    (what is left at the end, by a full collection). Objects the caller froze
+    (:func:`gc.freeze`) stay frozen: then nothing is promoted.
     """
     before = gc.get_threshold()
     gc.set_threshold(threshold, *before[1:])
     try:
         yield
     finally:
+        if not gc.get_freeze_count():
+            gc.freeze()  # every tracked object to the permanent generation, then all of
+            gc.unfreeze()  # them to the oldest one: the young ones promoted without a scan
         gc.set_threshold(*before)
 
 
@@ -251,7 +301,7 @@ def _run_trace(workload: StepWorkload, block_tables: bool
                ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     t0 = time.perf_counter()
     env = simpy.Environment()
-    rec = Recorder()
+    rec = _RowsOnly()
     ctx = SchedulerContext(env, rec)
     policy = VllmV1(workload.params, ctx)
     assert policy.pool is not None

@@ -315,7 +315,8 @@ class VllmV1(VllmRuns, LazyDecode, Scheduling, Admission, Output, TokenPolicy):
                 return None
             if self.running or ctx.waiting or self._finished_since_schedule:  # has requests
                 self._scheduled_at = ctx.env._now
-                out = self._schedule()
+                out = (self._schedule_fcfs() if self._sync_fcfs and not self._lazy
+                       else self._schedule())  # (what _schedule would call)
                 if self._observer is not None:
                     self._observer.scheduled(self, out)
                 queue.appendleft(out)

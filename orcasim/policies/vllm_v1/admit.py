@@ -40,6 +40,7 @@ class Admission(PolicyState):
                num_decode: int) -> StepOutput:
         """The rest of a schedule call, after the running requests: admissions from the
         queue (none after a preemption), then every entry's computed tokens advanced.
+        Under priority or async scheduling (synchronous FCFS: :meth:`_admit_fcfs`).
 
         ``num_tokens``, ``num_emits`` and ``num_decode`` count the entries already
         advanced (not in ``pending``): their tokens, those that sample, and the decodes.
@@ -47,7 +48,7 @@ class Admission(PolicyState):
         kv, seqs, running = self.kv, self.seqs, self.running
         waiting = self.ctx.waiting
         limits = self._limits
-        max_num_seqs = limits[4]
+        max_num_seqs, priority = limits[4], limits[5]
         if not preempted and budget > 0 and waiting and len(running) < max_num_seqs:
             skipped: list[Request] = []
             p = self.params
@@ -92,33 +93,21 @@ class Admission(PolicyState):
                 if kind == KIND_NEW:
                     self.num_prompt_tokens_admitted += req.prompt_len
                     self.num_prefix_hit_tokens += min(num_hit, req.prompt_len)
-                e = [req, n, num_hit, kind, False]
-                if limits[5]:  # priority
+                e = [req, n, num_hit, kind, False]  # advanced by the pass below
+                if priority:
                     scheduled[req.id] = e
                 else:
                     entries.append(e)
+                    pending.append(e)
                 budget -= n
                 seq.status = RUNNING
                 req.num_computed_tokens = num_hit
                 self.ctx.admit(req)
-                if limits[5] or limits[3]:  # (limits[3]: async scheduling)
-                    pending.append(e)
-                    continue
-                # FCFS, synchronous: its computed tokens advanced at once, as the pass below
-                # would do it
-                c = num_hit + n
-                req.num_computed_tokens = c
-                num_tokens += n
-                if n == 1 and num_hit >= seq.num_prompt:
-                    num_decode += 1
-                if c >= seq.num_prompt + req.num_output_tokens:
-                    e[4] = True
-                    num_emits += 1
             for req in reversed(skipped):
                 self._enqueue_front(req)
 
         # advance the computed tokens now, so the next step can be scheduled at once
-        priority, use_placeholders = limits[5], limits[3]
+        use_placeholders = limits[3]
         if priority:
             entries = list(scheduled.values())
         for e in entries if priority else pending:
@@ -141,9 +130,7 @@ class Admission(PolicyState):
                 e[4] = True
                 num_emits += 1
         self._finished_since_schedule = False
-        out = StepOutput(entries, preempted, self._arrivals, num_tokens)
-        out.num_decode = num_decode
-        out.num_emits = num_emits
+        out = StepOutput(entries, preempted, self._arrivals, num_tokens, num_decode, num_emits)
         self._arrivals = []
         return out
 
@@ -218,8 +205,6 @@ class Admission(PolicyState):
                 if budget <= 0 or not waiting or len(running) >= max_num_seqs:
                     break
         self._finished_since_schedule = False
-        out = StepOutput(entries, preempted, self._arrivals, num_tokens)
-        out.num_decode = num_decode
-        out.num_emits = num_emits
+        out = StepOutput(entries, preempted, self._arrivals, num_tokens, num_decode, num_emits)
         self._arrivals = []
         return out

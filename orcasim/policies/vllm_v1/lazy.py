@@ -103,8 +103,7 @@ class LazyDecode(PolicyState):
                 out = self._admit_fcfs(limits[0] - size, threshold, [], [], size, size, size)
         else:  # nobody can join: the step is the group's
             self._finished_since_schedule = False
-            out = StepOutput([], [], self._arrivals, size)
-            out.num_decode = out.num_emits = size
+            out = StepOutput([], [], self._arrivals, size, size, size)
             self._arrivals = []
         out.num_group = size
         out.group_at = d

@@ -43,9 +43,8 @@ class Output(PolicyState):
             finished = self._group_output(out, t_end)
         queued: set[int] = set()  # finished requests that were in the queue
         record_itl = ctx.recorder.record_itl
-        in_flight = p.async_scheduling  # sync: one step in flight, nothing stale
-        stale = False
-        if not in_flight:  # only the entries that sample: no placeholders, nothing stale
+        if not p.async_scheduling:  # one step in flight: no placeholders, nothing stale;
+            # only the entries that sample change
             for e in out.entries:
                 if not e[4]:
                     continue
@@ -71,43 +70,41 @@ class Output(PolicyState):
                         queued.add(req.id)
                     self._retire(req)
                     finished.append(req)
-        for req, n, _, _, emits in out.entries if in_flight else ():
-            if not (emits or in_flight):
-                continue
-            seq = seqs.get(req.id)
-            if seq is None:  # finished by an earlier step's output
-                continue
-            if in_flight:
+        else:  # async: every entry's in-flight tokens land; those that sample emit
+            for req, n, _, _, emits in out.entries:
+                seq = seqs.get(req.id)
+                if seq is None:  # finished by an earlier step's output
+                    continue
                 seq.num_in_flight -= n
                 stale = seq.num_stale > 0
                 if stale:
                     seq.num_stale -= n
                 if not emits:
                     continue
-            num_out = req.num_output_tokens
-            if num_out == 0:
-                req.first_token = t_end
-            elif req.last_token == prev_end:
-                bulk += 1
-            else:
-                record_itl(t_end - req.last_token)  # type: ignore[operator]
-            num_out += 1
-            req.num_output_tokens = num_out
-            req.last_token = t_end
-            known = seq.num_prompt + num_out  # req.num_tokens
-            if hashing and known % block_size == 0:  # a block of known tokens just filled
-                kv.update_hashes(req)
-            if in_flight and seq.num_placeholders and not stale:
-                seq.num_placeholders -= 1
-                if seq.status == RUNNING and hashing:  # (cache_blocks is a no-op otherwise)
-                    m = req.num_computed_tokens - seq.num_in_flight
-                    if m // block_size > kv.num_cached.get(req.id, 0):  # a new full block
-                        kv.cache_blocks(req, m)
-            if known >= max_len or num_out >= req.output_len:
-                if seq.status != RUNNING:  # its last token came after it was preempted
-                    queued.add(req.id)
-                self._retire(req)
-                finished.append(req)
+                num_out = req.num_output_tokens
+                if num_out == 0:
+                    req.first_token = t_end
+                elif req.last_token == prev_end:
+                    bulk += 1
+                else:
+                    record_itl(t_end - req.last_token)  # type: ignore[operator]
+                num_out += 1
+                req.num_output_tokens = num_out
+                req.last_token = t_end
+                known = seq.num_prompt + num_out  # req.num_tokens
+                if hashing and known % block_size == 0:  # a block of known tokens just filled
+                    kv.update_hashes(req)
+                if seq.num_placeholders and not stale:
+                    seq.num_placeholders -= 1
+                    if seq.status == RUNNING and hashing:  # (cache_blocks is a no-op otherwise)
+                        m = req.num_computed_tokens - seq.num_in_flight
+                        if m // block_size > kv.num_cached.get(req.id, 0):  # a new full block
+                            kv.cache_blocks(req, m)
+                if known >= max_len or num_out >= req.output_len:
+                    if seq.status != RUNNING:  # its last token came after it was preempted
+                        queued.add(req.id)
+                    self._retire(req)
+                    finished.append(req)
         if plan is not None:
             plan.num_itl_tokens = bulk
         elif bulk:

@@ -34,6 +34,7 @@ class Scheduling(PolicyState):
     _scheduled_at: float
     _limits: tuple[Any, ...]
     _fit: tuple[int, int, int]
+    _sync_fcfs: bool
     _admit: Any  # Admission._admit
     _admit_fcfs: Any  # Admission._admit_fcfs
     _lazy: bool
@@ -63,7 +64,9 @@ class Scheduling(PolicyState):
         the scheduler, as in vLLM's input queue) for the following schedule call.
         """
         ctx = self.ctx
-        ctx.poll_arrivals()
+        src = ctx.source  # ctx.poll_arrivals(), inline: once per schedule call
+        if src is not None and src.pending_until(ctx.env._now):
+            src.flush(ctx.env._now)
         waiting, seqs = ctx.waiting, self.seqs
         if self._lagged:
             self._hold_late(waiting, seqs)
@@ -121,6 +124,7 @@ class Scheduling(PolicyState):
                         p.long_prefill_token_threshold, p.async_scheduling, p.max_num_seqs,
                         self.priority, kv.tables, kv.num_cached, kv.append_block, kv.block_size,
                         kv.enable_caching)
+        self._sync_fcfs = not (self.priority or p.async_scheduling)  # see _schedule_fcfs
         # what misfit compares with: max_model_len, block size, usable blocks
         self._fit = (p.max_model_len, p.block_size, p.num_blocks - 1)
 
@@ -145,13 +149,13 @@ class Scheduling(PolicyState):
             out = self._schedule_lazily()
             if out is not None:
                 return out
+        if self._sync_fcfs:
+            return self._schedule_fcfs()
         kv, seqs, running = self.kv, self.seqs, self.running
         waiting = self.ctx.waiting
         # the configuration (fixed for the run), read once per call
         (budget, last_slot, threshold, use_placeholders, _, priority, tables,
          num_cached, append_block, bs, caching) = self._limits
-        if not (priority or use_placeholders):
-            return self._schedule_fcfs()
         if threshold and len(running) + len(waiting) <= 1:
             threshold = 0
         # entries [req, n, start, kind, emits] in order; under priority a victim's entry is
@@ -162,22 +166,19 @@ class Scheduling(PolicyState):
         pending: list[list[Any]] = []  # entries advanced by the pass at the end
         num_decode = num_lazy = 0
         if not priority:
-            # FCFS takes victims from the end of the list, after the request being
-            # scheduled, so the iteration stops before them and a scheduled request stays
-            # scheduled: a lazy decode is advanced at once
+            # FCFS with async scheduling (synchronous FCFS is _schedule_fcfs) takes victims
+            # from the end of the list, after the request being scheduled, so the iteration
+            # stops before them and a scheduled request stays scheduled: a lazy decode is
+            # advanced at once
             for req in running:
                 if budget <= 0:
                     break
                 computed = req.num_computed_tokens
-                if use_placeholders:
-                    seq = seqs[req.id]
-                    placeholders = seq.num_placeholders
-                    num_prompt = seq.num_prompt
-                    if placeholders and computed + 2 - placeholders >= num_prompt + req.output_len:
-                        continue  # its last token is already in flight
-                else:
-                    placeholders = 0
-                    num_prompt = req.prompt_len or 1  # seq.num_prompt
+                seq = seqs[req.id]
+                placeholders = seq.num_placeholders
+                num_prompt = seq.num_prompt
+                if placeholders and computed + 2 - placeholders >= num_prompt + req.output_len:
+                    continue  # its last token is already in flight
                 known = num_prompt + req.num_output_tokens  # req.num_tokens
                 n = known + placeholders - computed
                 if n == 1 and computed < last_slot and (len(tables[req.id]) * bs > computed
@@ -195,9 +196,8 @@ class Scheduling(PolicyState):
                     num_lazy += 1
                     if computed >= num_prompt:
                         num_decode += 1
-                    if use_placeholders:
-                        seq.num_in_flight += 1
-                        seq.num_placeholders += 1
+                    seq.num_in_flight += 1
+                    seq.num_placeholders += 1
                     continue
                 if 0 < threshold < n:
                     n = threshold

@@ -74,13 +74,14 @@ class StepOutput:
                  "num_tokens", "plan", "preempted", "prev_end", "t_end")
 
     def __init__(self, entries: list[list[Any]], preempted: list[Request],
-                 arrivals: list[Request], num_tokens: int | None = None) -> None:
+                 arrivals: list[Request], num_tokens: int | None = None, num_decode: int = 0,
+                 num_emits: int = 0) -> None:
         self.entries = entries
         self.preempted = preempted
         self.arrivals = arrivals
         self.num_tokens = sum(e[1] for e in entries) if num_tokens is None else num_tokens
-        self.num_decode = 0  # entries computing one token past the prompt (set by schedule)
-        self.num_emits = 0  # entries that sample a token (set by schedule)
+        self.num_decode = num_decode  # entries computing one token past the prompt
+        self.num_emits = num_emits  # entries that sample a token
         # the decode group's members, each decoding a token before ``entries`` (not listed
         # there), and the group's count before the step
         self.num_group = 0
