@@ -268,25 +268,18 @@ class _RowsOnly(Recorder):
 @contextmanager
 def _young_collections_rarer(threshold: int = 50_000) -> Iterator[None]:
     """Collect the youngest generation every ``threshold`` allocations instead of every
-    700, until the block ends (the previous thresholds are put back); at the end, what
-    the block allocated goes to the oldest generation at once.
+    700, until the block ends (the previous thresholds are put back).
 
     A trace keeps every line, a dict with half a dozen lists, to the end: with
     the default threshold the cyclic collector runs every few steps and
-    promotes them over and over (about 3 % of a golden workload's run), and
-    the first collection after the block would scan them all once more. The
-    run makes little cyclic garbage, and it is still collected, less often
-    (what is left at the end, by a full collection). Objects the caller froze
-    (:func:`gc.freeze`) stay frozen: then nothing is promoted.
+    promotes them over and over (about 3 % of a golden workload's run). The
+    run makes little cyclic garbage, and it is still collected, less often.
     """
     before = gc.get_threshold()
     gc.set_threshold(threshold, *before[1:])
     try:
         yield
     finally:
-        if not gc.get_freeze_count():
-            gc.freeze()  # every tracked object to the permanent generation, then all of
-            gc.unfreeze()  # them to the oldest one: the young ones promoted without a scan
         gc.set_threshold(*before)
 
 
