@@ -45,24 +45,29 @@ def run_both(overrides: dict, n: int = 1500, variant: str = "continuous", stop_a
             m.env.run()
         finally:
             Engine.fast_paths = True
-        rec = m.recorder
-        out.append({
-            "columns": rec.request_columns(),
-            "itl": rec.itl_samples(),
-            "itl_times": rec.itl_times(),
-            "series": rec.series_rows(),
-            "num_steps": rec.num_steps,
-            "sum_batch": rec.sum_batch,
-            "busy": m.engine.busy_time,
-            "now": m.env.now,
-            "events": next(m.env._eid),
-            "kv_series": rec.kv.rows() if rec.kv is not None else None,
-            "kv": m.ctx.kv.summary(),
-            "preemptions": m.ctx.preemption_summary(),
-            "counters": dict(getattr(m.engine.policy, "counters", {})),
-            "ended": ended,
-        })
+        out.append({**snapshot(m), "ended": ended})
     return out
+
+
+def snapshot(m) -> dict:
+    """What a finished model recorded, for comparing two ways of simulating it
+    (:func:`assert_identical`)."""
+    rec = m.recorder
+    return {
+        "columns": rec.request_columns(),
+        "itl": rec.itl_samples(),
+        "itl_times": rec.itl_times(),
+        "series": rec.series_rows(),
+        "num_steps": rec.num_steps,
+        "sum_batch": rec.sum_batch,
+        "busy": m.engine.busy_time,
+        "now": m.env.now,
+        "events": next(m.env._eid),
+        "kv_series": rec.kv.rows() if rec.kv is not None else None,
+        "kv": m.ctx.kv.summary(),
+        "preemptions": m.ctx.preemption_summary(),
+        "counters": dict(getattr(m.engine.policy, "counters", {})),
+    }
 
 
 def assert_identical(slow: dict, fast: dict) -> None:

@@ -18,7 +18,7 @@ from orcasim.engine import Engine
 from orcasim.metrics import row_spill
 from orcasim.policies.decode_loop import FcfsDecodeLoop
 from orcasim.simulation import build_model, generate_workload
-from tests.test_batch_runs import assert_identical
+from tests.test_batch_runs import assert_identical, snapshot
 
 WAYS = ("loop", "runs", "steps")
 
@@ -64,18 +64,7 @@ def run_three(overrides: dict, n: int = 1500, watch: float | None = None,
             "num_arrived": rec.num_arrived,
             "num_started": m.ctx.num_started,
             "seen": seen,
-            "columns": rec.request_columns(),
-            "itl": rec.itl_samples(),
-            "itl_times": rec.itl_times(),
-            "series": rec.series_rows(),
-            "num_steps": rec.num_steps,
-            "sum_batch": rec.sum_batch,
-            "busy": m.engine.busy_time,
-            "now": m.env.now,
-            "events": next(m.env._eid),
-            "kv_series": None,
-            "kv": m.ctx.kv.summary(),
-            "preemptions": m.ctx.preemption_summary(),
+            **snapshot(m),
         }
     return out
 

@@ -15,7 +15,7 @@ from orcasim.engine import Engine
 from orcasim.errors import SimulationError
 from orcasim.policies.kv_admit import KVAdmission
 from orcasim.simulation import build_model, generate_workload
-from tests.test_batch_runs import assert_identical
+from tests.test_batch_runs import assert_identical, snapshot
 
 TIGHT = {"block_size": 16, "num_blocks": 400}
 SCENARIOS = {
@@ -65,19 +65,8 @@ def run_three(overrides: dict, n: int = 1500, variant: str = "continuous") -> di
             KVAdmission.counted_admission = True
             KVAdmission._admit_counted = plain  # type: ignore[method-assign]
         assert (calls[0] > 0) == (way == "counted")
-        rec = m.recorder
         out[way] = {
-            "columns": rec.request_columns(),
-            "itl": rec.itl_samples(),
-            "itl_times": rec.itl_times(),
-            "series": rec.series_rows(),
-            "num_steps": rec.num_steps,
-            "sum_batch": rec.sum_batch,
-            "busy": m.engine.busy_time,
-            "now": m.env.now,
-            "kv_series": rec.kv.rows(),
-            "kv": m.ctx.kv.summary(),
-            "preemptions": m.ctx.preemption_summary(),
+            **snapshot(m),
             "num_started": m.ctx.num_started,
             "error": error,
         }

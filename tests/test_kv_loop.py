@@ -20,7 +20,7 @@ from orcasim.errors import SimulationError
 from orcasim.policies.kv_loop import KVDecodeLoop
 from orcasim.policies.kv_preempt import KVPreemption
 from orcasim.simulation import build_model, generate_workload
-from tests.test_batch_runs import assert_identical
+from tests.test_batch_runs import assert_identical, snapshot
 
 WAYS = ("loop", "runs", "steps")
 TIGHT = {"block_size": 16, "num_blocks": 400}
@@ -80,20 +80,9 @@ def run_three(overrides: dict, n: int = 1500, watch: float | None = None,
             "seen": seen,
             "error": error,
             "looped": looped[0],
-            "columns": rec.request_columns(),
-            "itl": rec.itl_samples(),
-            "itl_times": rec.itl_times(),
-            "series": rec.series_rows(),
-            "num_steps": rec.num_steps,
-            "sum_batch": rec.sum_batch,
-            "busy": m.engine.busy_time,
-            "now": m.env.now,
-            "events": next(m.env._eid),
-            "kv_series": rec.kv.rows(),
-            "kv": m.ctx.kv.summary(),
+            **snapshot(m),
             "releases": m.ctx.kv.num_releases,
             "leaked": m.ctx.kv.leaked_blocks(),
-            "preemptions": m.ctx.preemption_summary(),
         }
     return out
 

@@ -14,7 +14,7 @@ import orcasim
 from orcasim.engine import Engine
 from orcasim.request import RequestState
 from orcasim.simulation import build_model, generate_workload
-from tests.test_batch_runs import TOKEN_POLICIES, assert_identical, run_both
+from tests.test_batch_runs import TOKEN_POLICIES, assert_identical, run_both, snapshot
 
 ROOFLINE = {"type": "roofline", "model": "llama-2-7b", "gpu": "a100-80gb"}
 BASE = {"variants": None, "engine.latency": ROOFLINE, "workload.arrival.rate": 10.0}
@@ -61,15 +61,10 @@ def run_pair(overrides: dict, n: int) -> list[dict]:
 
 def record(m) -> dict:
     """What a finished model recorded, for comparisons (see :func:`run_pair`)."""
-    rec, policy = m.recorder, m.engine.policy
+    policy = m.engine.policy
     kv = policy.kv
     return {
-        "columns": rec.request_columns(), "itl": rec.itl_samples(),
-        "itl_times": rec.itl_times(), "series": rec.series_rows(),
-        "num_steps": rec.num_steps, "sum_batch": rec.sum_batch,
-        "busy": m.engine.busy_time, "now": m.env.now, "events": next(m.env._eid),
-        "kv_series": rec.kv.rows(), "kv": policy.pool.summary(),
-        "preemptions": m.ctx.preemption_summary(),
+        **snapshot(m), "kv": policy.pool.summary(),
         "blocks": ([b.block_id for b in kv.pool.free_queue],
                    {h: list(blocks) for h, blocks in kv.pool.cached.items()},
                    kv.pool.num_evictions, len(kv.hasher)),
