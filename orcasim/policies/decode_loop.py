@@ -6,9 +6,8 @@ backlog's head, runs the batch unchanged until a member finishes (or an
 arrival could join) and records the finishers and the steps.
 :class:`FcfsDecodeLoop` does that for run after run in one frame, reading and
 writing the policy's, batch's, source's and recorder's state directly, while
-nothing else is due in SimPy's queue before a run's end; a run that
-something else may interrupt goes back to the engine. The effects are those
-of the policy's and recorder's methods, bit for bit (``tests/test_decode_loop.py``).
+nothing else is due in SimPy's queue before a run's end (else the engine takes
+the boundary), with the policy's and recorder's effects bit for bit.
 """
 
 from __future__ import annotations
@@ -142,6 +141,7 @@ class FcfsDecodeLoop:
         max_batch = policy.params.max_batch
         coefs = self._coef
         run_ends = self._run_ends
+        queued = self._queued
         t1_col, waiting_col = rec._t1, rec._waiting
         run_row = runs.append
         buf_cap = rec._buf_cap
@@ -233,54 +233,17 @@ class FcfsDecodeLoop:
             limit = inf
             if room and max_steps > 1:  # the run ends at the first step ending at or after
                 limit = arrival[src._next] if src._next < n else inf  # the next arrival
-            if type(coef) is tuple:  # a + c * kv, a > 0 (a linear model)
-                a, c = coef
-                dt = a + c * kv
-                t = now + dt
-                run_busy = busy + dt
-                ends = [t]
-                if max_steps > 1:  # each later step reads size more KV tokens
-                    append = ends.append
-                    if limit == inf:  # every step up to the first finish
-                        for x in range(kv + size, kv + size * max_steps, size):
-                            d = a + c * x
-                            t += d
-                            run_busy += d
-                            append(t)
-                    elif t < limit:
-                        for x in range(kv + size, kv + size * max_steps, size):
-                            d = a + c * x
-                            t += d
-                            run_busy += d
-                            append(t)
-                            if t >= limit:
-                                break
-                if not dt > 0.0:
-                    self._to_requests()
-                    return t0, busy  # (the engine reports the step time)
-            else:  # the model's decode step as a function of the KV tokens
-                timed = run_ends(coef, now, kv, size, max_steps, limit, busy)
-                if timed is None:
-                    self._to_requests()
-                    return t0, busy  # (the engine reports the step time)
-                ends, run_busy = timed
-                t = ends[-1]
+            timed = run_ends(coef, now, kv, size, max_steps, limit, busy)
+            if timed is None:
+                self._to_requests()
+                return t0, busy  # (the engine reports the step time)
+            ends, run_busy = timed
+            t = ends[-1]
             if queue and queue[0][0] <= t:  # something else is due first: the engine waits
                 self._to_requests()
                 return t0, busy
             steps = len(ends)
-            num_waiting = len(head) + backlog._hi - backlog._lo
-            j = src._next
-            if steps > 1 and j < n and arrival[j] <= ends[-2]:
-                w = num_waiting
-                waits = [w]
-                for e in ends[:-1]:
-                    while j < n and arrival[j] <= e:
-                        j += 1
-                        w += 1
-                    waits.append(w)
-            else:
-                waits = [num_waiting] * steps
+            waits = queued(ends, len(head) + backlog._hi - backlog._lo)
             ctx.busy_until = env._now = t
             t0 = now
             busy = run_busy
@@ -353,11 +316,36 @@ class FcfsDecodeLoop:
         return self.engine._plan_step(size) if step is None else step
 
     @staticmethod
-    def _run_ends(step: Callable[[int], float], now: float, kv: int, size: int,
-                  max_steps: int, limit: float, busy: float
+    def _run_ends(step: tuple[float, float] | Callable[[int], float], now: float, kv: int,
+                  size: int, max_steps: int, limit: float, busy: float
                   ) -> tuple[list[float], float] | None:
-        """A run's step ends from ``now`` and the busy time after it, its first step reading
-        ``kv`` KV tokens (``Engine._run_ends``); ``None`` if a step takes no time."""
+        """A run's step ends from ``now`` and the busy time after it (``Engine._run_ends``),
+        each step timed by ``step`` (see :meth:`_step_of`); ``None`` if one takes no time."""
+        if type(step) is tuple:  # a + c * kv, a > 0 (a linear model)
+            a, c = step
+            dt = a + c * kv
+            if not dt > 0.0:
+                return None
+            t = now + dt
+            busy += dt
+            ends = [t]
+            if max_steps > 1 and t < limit:
+                append = ends.append
+                if limit == float("inf"):  # every step up to the first finish
+                    for x in range(kv + size, kv + size * max_steps, size):
+                        d = a + c * x
+                        t += d
+                        busy += d
+                        append(t)
+                else:
+                    for x in range(kv + size, kv + size * max_steps, size):
+                        d = a + c * x
+                        t += d
+                        busy += d
+                        append(t)
+                        if t >= limit:
+                            break
+            return ends, busy
         dt = step(kv)
         if not dt > 0.0:
             return None
@@ -375,6 +363,21 @@ class FcfsDecodeLoop:
                 if t >= limit:
                     break
         return ends, busy
+
+    def _queued(self, ends: list[float], num_waiting: int) -> list[int]:
+        """The queue's length at each of a run's step starts (``Recorder.queued_by``)."""
+        src = self.source
+        j, n, arrival = src._next, src._n, src._arrival
+        if len(ends) > 1 and j < n and arrival[j] <= ends[-2]:
+            w = num_waiting
+            waits = [w]
+            for e in ends[:-1]:
+                while j < n and arrival[j] <= e:
+                    j += 1
+                    w += 1
+                waits.append(w)
+            return waits
+        return [num_waiting] * len(ends)
 
     def _to_requests(self) -> None:
         """The batch's members that joined here become :class:`~orcasim.request.Request`

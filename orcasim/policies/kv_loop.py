@@ -118,6 +118,7 @@ class KVDecodeLoop(FcfsDecodeLoop):
         max_batch = policy.params.max_batch
         coefs = self._coef
         run_ends = self._run_ends
+        queued = self._queued
         t1_col, waiting_col = rec._t1, rec._waiting
         run_row = runs.append
         buf_cap = rec._buf_cap
@@ -220,44 +221,15 @@ class KVDecodeLoop(FcfsDecodeLoop):
             limit = inf
             if room and max_steps > 1:  # the run ends at the first step ending at or after
                 limit = arrival[src._next] if src._next < n else inf  # the next arrival
-            if type(coef) is tuple:  # a + c * kv, a > 0 (a linear model)
-                a, c = coef
-                dt = a + c * kv_tokens
-                t = now + dt
-                run_busy = busy + dt
-                ends = [t]
-                if max_steps > 1 and t < limit:
-                    append = ends.append
-                    for x in range(kv_tokens + size, kv_tokens + size * max_steps, size):
-                        d = a + c * x
-                        t += d
-                        run_busy += d
-                        append(t)
-                        if t >= limit:
-                            break
-                if not dt > 0.0:
-                    return t0, busy  # (the engine reports the step time)
-            else:  # the model's decode step as a function of the KV tokens
-                timed = run_ends(coef, now, kv_tokens, size, max_steps, limit, busy)
-                if timed is None:
-                    return t0, busy  # (the engine reports the step time)
-                ends, run_busy = timed
-                t = ends[-1]
+            timed = run_ends(coef, now, kv_tokens, size, max_steps, limit, busy)
+            if timed is None:
+                return t0, busy  # (the engine reports the step time)
+            ends, run_busy = timed
+            t = ends[-1]
             if queue and queue[0][0] <= t:  # something else is due first: the engine waits
                 return t0, busy
             steps = len(ends)
-            num_waiting = len(head) + backlog._hi - backlog._lo
-            j = src._next
-            if steps > 1 and j < n and arrival[j] <= ends[-2]:
-                w = num_waiting
-                waits = [w]
-                for e in ends[:-1]:
-                    while j < n and arrival[j] <= e:
-                        j += 1
-                        w += 1
-                    waits.append(w)
-            else:
-                waits = [num_waiting] * steps
+            waits = queued(ends, len(head) + backlog._hi - backlog._lo)
             ctx.busy_until = env._now = t
             t0 = now
             busy = run_busy
