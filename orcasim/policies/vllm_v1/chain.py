@@ -131,20 +131,13 @@ class ChainedRuns(PolicyState):
         g = self._group
         kv = self.kv
         bs = g.block_size
-        buckets = g.buckets
         d = g.count
         s = len(ends)
         pool = self.pool
         series = pool is not None and pool.series is not None
         alloc = kv.pool.num_held_blocks * bs if series else 0
         allocs: list[int] = []
-        new: list[Request] = []
-        for j in range(d, d + s):
-            taken = buckets[-j % bs]
-            if taken:
-                new += taken
-                alloc += bs * len(taken)
-            allocs.append(alloc)
+        new = g.boundary_blocks(d, d + s, alloc, allocs)
         if new and not kv.append_blocks(new):
             raise AssertionError("a chained run ran out of blocks")
         g.count = count = d + s

@@ -79,6 +79,23 @@ class DecodeGroup:
         """Members with ``base + count + offset`` a multiple of the block size, in order."""
         return self.buckets[-(self.count + offset) % self.block_size]
 
+    def boundary_blocks(self, start: int, stop: int, alloc: int,
+                        allocs: list[int]) -> list[Request]:
+        """The members that start a new block in the steps that bring the count from
+        ``start`` to ``stop`` (step ``j``'s are the bucket ``-j % block_size``), in step
+        order; appends to ``allocs`` the slots allocated after each of those steps took its
+        blocks, from ``alloc`` (the memory rows of a run)."""
+        bs = self.block_size
+        buckets = self.buckets
+        new: list[Request] = []
+        for j in range(start, stop):
+            taken = buckets[-j % bs]
+            if taken:
+                new += taken
+                alloc += bs * len(taken)
+            allocs.append(alloc)
+        return new
+
     def first_last(self) -> int:
         """The least count at which a member samples its last token."""
         return self.heap[0][0]

@@ -240,13 +240,7 @@ class LazyDecode(PolicyState):
         # the allocator's allocated_slots: the blocks its pool (the cache manager's) holds
         alloc = kv.pool.num_held_blocks * bs if series else 0
         allocs = [alloc]
-        new: list[Request] = []
-        for j in range(d, d + last):
-            taken = buckets[-j % bs]
-            if taken:
-                new += taken
-                alloc += bs * len(taken)
-            allocs.append(alloc)
+        new = g.boundary_blocks(d, d + last, alloc, allocs)
         if new and not kv.append_blocks(new):
             raise AssertionError("a decode run ran out of blocks")
         if caching:
