@@ -132,6 +132,18 @@ class Scheduling(PolicyState):
         return bool(self.running or self.ctx.waiting or self._finished_since_schedule)
 
     # -- one schedule() call -----------------------------------------------------------
+    def _fit_fcfs(self, req: Request, n: int, running: list[Request],
+                  preempted: list[Request]) -> bool:
+        """Slots for ``n`` more of ``req``'s tokens, preempting the last running request
+        until they fit (first come first served); False when ``req`` itself was preempted."""
+        while self.kv.allocate_slots(req, n) is None:
+            victim = running.pop()
+            self._preempt(victim)
+            preempted.append(victim)
+            if victim is req:
+                return False
+        return True
+
     def _preempt(self, req: Request) -> None:
         seq = self.seqs[req.id]
         self.ctx.preempted(req, "kv_full", recompute=req.num_computed_tokens)
@@ -204,19 +216,12 @@ class Scheduling(PolicyState):
                 n = min(n, budget, last_slot - computed)
                 if n <= 0:
                     continue
-                while kv.allocate_slots(req, n) is None:
-                    victim = running.pop()
-                    self._preempt(victim)
-                    preempted.append(victim)
-                    if victim is req:
-                        break
-                else:
-                    e = [req, n, computed, KIND_RUNNING, False]
-                    entries.append(e)
-                    pending.append(e)
-                    budget -= n
-                    continue
-                break  # it was preempted itself: nothing after it runs
+                if not self._fit_fcfs(req, n, running, preempted):
+                    break  # it was preempted itself: nothing after it runs
+                e = [req, n, computed, KIND_RUNNING, False]
+                entries.append(e)
+                pending.append(e)
+                budget -= n
         else:
             # a victim may come from before the request being scheduled (its entry is
             # taken back): every entry is advanced by the pass at the end
@@ -294,6 +299,7 @@ class Scheduling(PolicyState):
             threshold = 0
         entries: list[list[Any]] = []
         append = entries.append
+        fit = self._fit_fcfs
         preempted: list[Request] = []
         num_tokens = num_emits = num_decode = 0
         for req in running:
@@ -324,24 +330,17 @@ class Scheduling(PolicyState):
             n = min(n, budget, last_slot - computed)
             if n <= 0:
                 continue
-            while kv.allocate_slots(req, n) is None:
-                victim = running.pop()
-                self._preempt(victim)
-                preempted.append(victim)
-                if victim is req:
-                    break
-            else:
-                c = computed + n
-                emits = c >= known
-                append([req, n, computed, KIND_RUNNING, emits])
-                req.num_computed_tokens = c
-                budget -= n
-                num_tokens += n
-                if emits:
-                    num_emits += 1
-                if n == 1 and computed >= num_prompt:
-                    num_decode += 1
-                continue
-            break  # it was preempted itself: nothing after it runs
+            if not fit(req, n, running, preempted):
+                break  # it was preempted itself: nothing after it runs
+            c = computed + n
+            emits = c >= known
+            append([req, n, computed, KIND_RUNNING, emits])
+            req.num_computed_tokens = c
+            budget -= n
+            num_tokens += n
+            if emits:
+                num_emits += 1
+            if n == 1 and computed >= num_prompt:
+                num_decode += 1
         return self._admit_fcfs(budget, threshold, entries, preempted, num_tokens, num_emits,
                                 num_decode)
