@@ -8,7 +8,6 @@ table, plots) are written for the served traffic. Needs the ``serve`` extra.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import math
 import sys
 from pathlib import Path
@@ -115,6 +114,8 @@ def serve(args: argparse.Namespace) -> int:
 
     # the simulation thread must get the interpreter soon after its timer expires, not after
     # the default 5 ms the HTTP thread may hold it: that wait would be real-time lag
+    import asyncio  # here, not at the top: every command builds this module's parser
+
     sys.setswitchinterval(SWITCH_INTERVAL)
     asyncio.run(serve_until_signal(server, args.host, args.port, ready))
     result = finish_result(server)
