@@ -328,3 +328,18 @@ def test_tensor_parallel_steps_add_two_all_reduces_per_layer(tmp_path):
     # 2 layers x 2 all-reduces; a ring over 2 GPUs moves 2 (2 - 1) / 2 = 1 x 4 tokens x 2000 B
     comm = 4 * (1e-5 + 4 * 1000 * 2 / 1e9)
     assert tp2.step_time(plan) - tp1.step_time(plan) == pytest.approx(comm, rel=1e-9)
+
+
+@pytest.mark.parametrize(("cell", "shown"), [("x", "'x'"), ("", "''"), (" -1 ", "'-1'"),
+                                             ("inf", "'inf'"), ("nan", "'nan'")])
+def test_a_bad_cell_is_named_by_its_line(tmp_path, cell, shown):
+    from orcasim.latency.profile_tables import read_table
+
+    path = tmp_path / "t.csv"
+    path.write_text(f"layer,tokens,time_us\nmlp,1,2.5\nmlp,2,{cell}\nmlp,4,7\n")
+    with pytest.raises(ScenarioError) as err:
+        read_table(path, ("layer",), ("tokens", "time_us"))
+    assert str(err.value) == f"{path}: time_us: line 3: {shown} is not a number >= 0"
+    path.write_text("layer,tokens,time_us\nmlp,1, 2.5\nmlp,2,1e3\n")
+    t = read_table(path, ("layer",), ("tokens", "time_us"))
+    assert t["time_us"].tolist() == [2.5, 1000.0] and t["layer"].tolist() == ["mlp", "mlp"]
