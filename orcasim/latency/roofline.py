@@ -28,7 +28,6 @@ and kernel launch gaps beyond ``overhead`` are ignored.
 from __future__ import annotations
 
 from collections.abc import Callable
-from operator import itemgetter, mul
 
 from pydantic import Field, model_validator
 
@@ -38,8 +37,6 @@ from orcasim.model_specs import GPURef, ModelRef, model_label, resolve_gpu, reso
 from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
 from orcasim.registry import latency_models
-
-_tokens = itemgetter(1)  # a scheduled pair's tokens
 
 #: the lowest compute or bandwidth efficiency (a fraction of the GPU's peak)
 MIN_EFFICIENCY = 0.001
@@ -117,17 +114,14 @@ class RooflineCost:
 
     def attention_pairs(self, plan: StepPlan) -> float:
         """(query, context) token pairs the step's attention computes."""
-        scheduled = plan.scheduled
-        if scheduled is not None:
+        if plan.scheduled is not None:
             contexts = plan.contexts
             if contexts is None:
-                contexts = [req.num_computed_tokens for req, _ in scheduled]
-            # sum of n * c + n * (n + 1) / 2, in integers: the halves of even numbers n (n + 1)
-            # add up to half their sum
-            ns = list(map(_tokens, scheduled))
-            if len(ns) != len(contexts):
-                raise ValueError("a plan has as many contexts as scheduled requests")
-            return float(sum(map(mul, ns, contexts)) + (sum(map(mul, ns, ns)) + sum(ns)) // 2)
+                contexts = [req.num_computed_tokens for req, _ in plan.scheduled]
+            pairs = 0
+            for (_, n), c in zip(plan.scheduled, contexts, strict=True):
+                pairs += n * c + n * (n + 1) // 2
+            return float(pairs)
         # aggregates only (decode-only policies): decode tokens attend to the KV tokens, and
         # the step's prefill sequences (fresh prompts) split the prefill tokens evenly
         decode = plan.num_decode_tokens

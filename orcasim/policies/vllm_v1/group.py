@@ -17,7 +17,6 @@ are one bucket, in running order. A heap gives each member's last step.
 from __future__ import annotations
 
 import heapq
-from itertools import accumulate, chain
 from typing import Any
 
 from orcasim.request import Request
@@ -88,10 +87,14 @@ class DecodeGroup:
         blocks, from ``alloc`` (the memory rows of a run)."""
         bs = self.block_size
         buckets = self.buckets
-        steps = [buckets[-j % bs] for j in range(start, stop)]
-        allocs += accumulate([bs * len(taken) for taken in steps], initial=alloc)
-        del allocs[-len(steps) - 1]  # (the initial value)
-        return list(chain.from_iterable(steps))
+        new: list[Request] = []
+        for j in range(start, stop):
+            taken = buckets[-j % bs]
+            if taken:
+                new += taken
+                alloc += bs * len(taken)
+            allocs.append(alloc)
+        return new
 
     def first_last(self) -> int:
         """The least count at which a member samples its last token."""
