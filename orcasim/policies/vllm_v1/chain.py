@@ -160,9 +160,7 @@ class ChainedRuns(PolicyState):
             for req in finishing:
                 running.remove(req)
             self._finished_since_schedule = True
-            finish = self.ctx.finish
-            for req in finishing:
-                finish(req, t)
+            self.ctx.finish_all(finishing, t)  # (ctx.finish of each in turn)
 
     def _complete_part(self, plan: StepPlan, ends: list[float], t0: float) -> None:
         """One run of a chain from ``t0``: a step, or the group's run."""
