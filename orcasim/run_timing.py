@@ -15,6 +15,7 @@ from typing import Any
 from orcasim.context import SchedulerContext
 from orcasim.errors import SimulationError
 from orcasim.latency.base import LatencyModel
+from orcasim.metrics.recorder import Recorder
 from orcasim.plan import StepPlan
 
 
@@ -135,8 +136,33 @@ class RunTiming:
     def _record_chain(self, t0: float, ends: list[float], waits: list[int], plan: StepPlan,
                       run: tuple[Any, ...], chained: list[tuple[int, int]]) -> None:
         """Record a run and the runs chained after it, one row each (as run by run)."""
-        record_run = self.ctx.recorder.record_run
+        rec = self.ctx.recorder
         k = run[2]
+        if (type(rec).record_run is Recorder.record_run and "record_run" not in rec.__dict__
+                and len(rec._t1) + len(ends) < rec._buf_cap):
+            # the rows of Recorder.record_run, the steps' columns at once: no run of the
+            # chain fills the buffer, so none would flush it
+            rec._t1.fromlist(ends)
+            rec._waiting.fromlist(waits)
+            start, length, seqs, tokens, tokens_rest, count, count_rest = rec._r_appends
+            start(t0)
+            length(k)
+            seqs(plan.num_seqs)
+            tokens(plan.num_tokens)
+            tokens_rest(run[0])
+            count(plan.num_itl_tokens)
+            count_rest(run[0])
+            for size, steps in chained:
+                start(ends[k - 1])
+                length(steps)
+                seqs(size)
+                tokens(size)
+                tokens_rest(size)
+                count(size)
+                count_rest(size)
+                k += steps
+            return
+        record_run = rec.record_run
         record_run(t0, ends[:k], plan.num_seqs, (plan.num_tokens, run[0]), waits[:k],
                    (plan.num_itl_tokens, run[0]))
         for size, steps in chained:

@@ -87,6 +87,23 @@ def test_scheduled_plans_count_attention_per_request():
     assert m.cost.attention_pairs(plan) == pairs
 
 
+def test_attention_pairs_are_the_per_request_sum():
+    m = roofline(**IDEAL)
+    rng = np.random.default_rng(3)
+    for k in range(1, 40):
+        ns = [int(x) for x in rng.integers(1, 3000, k)]
+        ns[: k // 2] = [1] * (k // 2)  # decodes among chunks
+        contexts = [int(x) for x in rng.integers(0, 100_000, k)]
+        reqs = [Request(i, 0.0, 10, 5) for i in range(k)]
+        plan = StepPlan(k, sum(contexts), sum(ns), 0, list(zip(reqs, ns, strict=True)), contexts)
+        pairs = 0
+        for n, c in zip(ns, contexts, strict=True):
+            pairs += n * c + n * (n + 1) // 2
+        assert m.cost.attention_pairs(plan) == float(pairs)
+    with pytest.raises(ValueError):
+        m.cost.attention_pairs(StepPlan(1, 0, 2, 0, [(reqs[0], 2)], [1, 2]))
+
+
 @pytest.mark.parametrize("kw,field,msg", [
     ({"model": "gpt-5"}, "engine.latency", "unknown model 'gpt-5'"),
     ({"gpu": "tpu"}, "engine.latency", "unknown GPU 'tpu'"),

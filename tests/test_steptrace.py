@@ -46,3 +46,16 @@ def test_the_collector_thresholds_are_put_back():
     before = gc.get_threshold()
     run_trace(load_workload(GOLDEN / "tiny.json"))
     assert gc.get_threshold() == before
+
+
+def test_a_step_trace_leaves_nothing_frozen_and_keeps_what_others_froze():
+    run_trace(load_workload(GOLDEN / "tiny.json"))
+    assert gc.get_freeze_count() == 0  # the run's objects went to the oldest generation
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        run_trace(load_workload(GOLDEN / "tiny.json"))
+        assert gc.get_freeze_count() == frozen  # not thawed by the run
+        assert gc.get_threshold()[0] != 50_000
+    finally:
+        gc.unfreeze()

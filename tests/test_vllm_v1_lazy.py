@@ -117,6 +117,25 @@ def test_decode_group_buckets_members_by_block_phase_and_pops_finishers_in_order
     assert sum(map(len, g.buckets)) == 1
 
 
+def test_boundary_blocks_are_the_buckets_of_each_step_with_the_slots_after_each():
+    rng = np.random.default_rng(5)
+    for _ in range(500):
+        bs = int(rng.choice([1, 2, 4, 16]))
+        g = DecodeGroup(bs)
+        g.buckets = [[object() for _ in range(int(rng.integers(0, 4)))] for _ in range(bs)]
+        start = int(rng.integers(0, 50))
+        stop = start + int(rng.integers(0, 40))
+        alloc = int(rng.integers(0, 1000))
+        allocs = [7]
+        new = g.boundary_blocks(start, stop, alloc, allocs)
+        want, want_allocs = [], [7]  # step by step
+        for j in range(start, stop):
+            want += g.buckets[-j % bs]
+            alloc += bs * len(g.buckets[-j % bs])
+            want_allocs.append(alloc)
+        assert new == want and allocs == want_allocs
+
+
 GOLDEN = Path(__file__).resolve().parent / "golden" / "vllm_v1"
 
 

@@ -13,6 +13,7 @@ end (``tests/test_vllm_v1_runs.py`` compares both).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from heapq import heappop, heappush
 from typing import Any
 
 from orcasim.plan import StepPlan
@@ -67,25 +68,27 @@ class ChainedRuns(PolicyState):
         g = self._group
         count = g.count
         seqs = self.seqs
-        items = [(last, seqs[req.id].base) for last, _, req in g.heap]
-        for r in listed:
+        # the members' last counts, least first, taken from a copy of the group's heap as
+        # far as the engine asks (the listed requests are not members yet: negative keys)
+        items = g.heap[:]
+        total = sum(g.bases)
+        for i, r in enumerate(listed):
             base = r.num_computed_tokens - count
-            items.append((min(r.output_len + (r.prompt_len or 1), max_len) - 1 - base, base))
-        items.sort()
+            total += base
+            heappush(items, (min(r.output_len + (r.prompt_len or 1), max_len) - 1 - base,
+                             -1 - i, r))
         n = len(items)
-        total = sum([b for _, b in items])
         end = count + left - 1  # the count the first run ends at
         used = n * (1 + (left - 2) // bs)  # the first run's follow-on steps' blocks at most
-        i = 0
         while len(chain) < MAX_CHAIN:
-            last, b = items[i]
+            last = items[0][0]
             while last == end:  # this run's finishers leave
-                total -= b
+                _, key, r = heappop(items)
+                total -= seqs[r.id].base if key >= 0 else r.num_computed_tokens - count
                 n -= 1
-                i += 1
                 if not n:
                     return
-                last, b = items[i]
+                last = items[0][0]
             used += n * (1 + (last - end - 1) // bs)
             if used > free:
                 return
@@ -157,9 +160,7 @@ class ChainedRuns(PolicyState):
             for req in finishing:
                 running.remove(req)
             self._finished_since_schedule = True
-            finish = self.ctx.finish
-            for req in finishing:
-                finish(req, t)
+            self.ctx.finish_all(finishing, t)  # (ctx.finish of each in turn)
 
     def _complete_part(self, plan: StepPlan, ends: list[float], t0: float) -> None:
         """One run of a chain from ``t0``: a step, or the group's run."""

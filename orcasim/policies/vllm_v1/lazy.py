@@ -267,6 +267,4 @@ class LazyDecode(PolicyState):
             for req in finishing:
                 running.remove(req)
             self._finished_since_schedule = True
-            finish = ctx.finish
-            for req in finishing:
-                finish(req, t)
+            ctx.finish_all(finishing, t)  # (ctx.finish of each in turn)

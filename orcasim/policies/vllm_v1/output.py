@@ -126,8 +126,7 @@ class Output(PolicyState):
             ctx.waiting.clear()
             ctx.waiting.extend(kept)
         self._finished_since_schedule = True
-        for req in finished:
-            ctx.finish(req, t_end)
+        ctx.finish_all(finished, t_end)  # (ctx.finish of each in turn)
 
     def _retire(self, req: Request) -> None:
         """``req`` sampled its last token: its counters, blocks and hashes go (the caller
