@@ -161,7 +161,7 @@ def test_preemption_in_place_equals_the_policys_victim_and_preempt(monkeypatch):
         def take():
             victim = self._victim()
             self._preempt(victim)
-            return victim
+            return victim.id
         return take
 
     monkeypatch.setattr(KVPreemption, "_recompute_newest", generic)

@@ -225,10 +225,10 @@ class KVAdmission:
                 growths = -(tail // bs)  # ceil(-tail / bs)
                 grow_plan[rid] = (n, first, growths, seq, tail + growths * bs)
                 if early:
-                    grow_early.append((first % bs, seq, req))
+                    grow_early.append((first % bs, seq, rid))
                 else:
-                    phases[first % bs][seq] = req
-                heappush(grow_events, (first + bs * (growths - 1), seq, req))
+                    phases[first % bs][seq] = rid
+                heappush(grow_events, (first + bs * (growths - 1), seq, rid))
             room -= 1
         ctx.num_started += started
         if room < room0:  # (KVPool.admit: the peak, after the last admission)

@@ -297,7 +297,7 @@ class KVDecodeLoop(FcfsDecodeLoop):
                 m.slot = -1
                 rid = m.id
                 if rid in grow_plan:  # still growing (DecodeGrowth.leave)
-                    leave(m)
+                    leave(rid)
                 alloc.internal_slots -= internal.pop(rid, 0)  # (KVPool.release)
                 alloc.num_free_blocks += held.pop(rid)
                 m.state = FINISHED
