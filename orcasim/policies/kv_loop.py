@@ -25,12 +25,17 @@ from orcasim.errors import SimulationError
 from orcasim.metrics.kv_series import BUFFER as KV_BUFFER
 from orcasim.metrics.request_rows import DONE_BLOCK
 from orcasim.policies.decode_loop import FcfsDecodeLoop
-from orcasim.request import RequestState
+from orcasim.policies.kv_preempt import KVPreemption, row_request
+from orcasim.request import Request, RequestState
 
 if TYPE_CHECKING:
     from orcasim.engine import Engine
 
 FINISHED = RequestState.FINISHED
+#: the preemption that takes rows (a replacement would see requests only)
+RECOMPUTE_NEWEST = KVPreemption._recompute_newest
+#: stands for a member that left the batch in a stale entry of its finish heap
+GONE = Request(-1, 0.0, 0, 0)
 
 
 class KVDecodeLoop(FcfsDecodeLoop):
@@ -48,9 +53,14 @@ class KVDecodeLoop(FcfsDecodeLoop):
         self.source = ctx.source  # type: ignore[assignment]
         self.rec = ctx.recorder
         self._coef = {}
-        self.light = False  # members are requests: the pool counts blocks by request id
         self.kv: Any = policy.kv  # type: ignore[attr-defined]
         self.growth: Any = policy.growth  # type: ignore[attr-defined]
+        src = self.source
+        #: requests join as workload rows (see advance), where a preemption by recompute of
+        #: the last admitted (``KVPreemption._recompute_newest``) takes them as rows too
+        self.light = (not src._attrs and policy.victim_rule == "last_admitted"  # type: ignore[attr-defined]
+                      and type(policy)._recompute_newest is RECOMPUTE_NEWEST
+                      and self.rec.set_row_source(src, src._arrival, src._prompt, src._output))
 
     @classmethod
     def applies(cls, engine: Engine) -> bool:
@@ -93,6 +103,33 @@ class KVDecodeLoop(FcfsDecodeLoop):
         return (not kv._getters and kv._freed is None and not policy._swapped
                 and FcfsDecodeLoop.ready(self))
 
+    def advance(self, busy: float) -> tuple[float, float]:
+        """:meth:`FcfsDecodeLoop.advance` with memory; the members that joined here as rows
+        ``[index, first scheduled, first token, slot, finish step]`` (``light``) become
+        requests when it stops (:meth:`_to_requests`), and so does a row preempted in it."""
+        try:
+            return FcfsDecodeLoop.advance(self, busy)
+        finally:
+            if self.light:
+                self._to_requests()
+
+    def _to_requests(self) -> None:
+        """The batch's rows become :class:`~orcasim.request.Request` objects, as the policy's
+        own steps would have them; a row's entry in the batch's finish heap that is stale
+        (the row was preempted, and became a request then) becomes :data:`GONE`'s."""
+        members, heap, src = self.batch._members, self.batch._heap, self.source
+        made: dict[int, Request] = {}  # by the id of the list it replaces
+        for at, (done_at, seq, m) in enumerate(heap):
+            if type(m) is list:
+                if members.get(seq) is m:
+                    made[id(m)] = members[seq] = req = row_request(src, m, seq)
+                    heap[at] = (done_at, seq, req)
+                else:
+                    heap[at] = (done_at, seq, GONE)
+        if made:
+            policy: Any = self.policy
+            policy._joined = [made.get(id(m), m) for m in policy._joined]
+
     def _advance(self, busy: float, runs: list[tuple[float, int, int, int]]
                  ) -> tuple[float, float]:
         """:meth:`FcfsDecodeLoop.advance` with memory: each boundary's round and admission
@@ -109,12 +146,14 @@ class KVDecodeLoop(FcfsDecodeLoop):
         src = self.source
         backlog: Any = ctx.waiting
         head = backlog._head
-        arrival = src._arrival
+        arrival, prompt, output = src._arrival, src._prompt, src._output
         n = src._n
+        light = self.light
         rec = self.rec
         done = rec._done
         done_row = done.append
         slots = ctx.slots
+        cap = slots.capacity
         max_batch = policy.params.max_batch
         coefs = self._coef
         run_ends = self._run_ends
@@ -170,7 +209,7 @@ class KVDecodeLoop(FcfsDecodeLoop):
                     if (grow_events and grow_events[0][0] <= step) or growth._early:
                         growth.end_round(step)
             policy._blocked = False
-            if (head or backlog._hi > backlog._lo) and slots.count < slots.capacity:
+            if (head or backlog._hi > backlog._lo) and slots.count < cap:
                 # (KVDecodePolicy.ready_plan, KVAdmission.admit_fcfs)
                 miss = policy._miss
                 keep = keep_free if batch.size else 0
@@ -178,8 +217,6 @@ class KVDecodeLoop(FcfsDecodeLoop):
                 if first is not None and first is (miss[0] if miss is not None else None):
                     if refused_again(miss, keep):  # type: ignore[index]
                         policy._blocked = True  # the head is refused again
-                    elif not admit(slots.capacity - slots.count):
-                        return t0, busy
                 elif first is not None and (max_len is None or max(first.prompt_len, 1)
                                             + first.output_len <= max_len):
                     p = first.prompt_len
@@ -187,15 +224,84 @@ class KVDecodeLoop(FcfsDecodeLoop):
                     if need + keep > alloc.num_free_blocks and need <= num_blocks:
                         policy._blocked = True  # refused for now (try_join)
                         policy._miss = (first, need, 0, 0)
-                    elif not admit(slots.capacity - slots.count):
+                if policy._blocked:
+                    pass
+                elif not light or ctx.busy_until > now:
+                    if not admit(cap - slots.count):
+                        return t0, busy  # (something else takes part: the policy's own path)
+                else:
+                    if head and not admit(cap - slots.count, True):  # (those put back)
                         return t0, busy
-                elif not admit(slots.capacity - slots.count):
-                    return t0, busy  # (something else takes part: the policy's own path)
+                    if not head and not policy._blocked and slots.count < cap:
+                        # the backlog's rows join as lists (KVAdmission._admit_counted)
+                        joined = policy._joined
+                        room = cap - slots.count
+                        k = lo = backlog._lo
+                        hi = backlog._hi
+                        free = alloc.num_free_blocks
+                        size = batch.size
+                        seq = batch._next_seq
+                        next_slot = batch._next_slot
+                        kv_added = int_added = 0
+                        early = step > growth.last_round
+                        while room and k < hi:
+                            p = prompt[k]
+                            p1 = p if p > 0 else 1
+                            out = output[k]
+                            need = -(-p1 // bs)
+                            if (need + (keep_free if size else 0) > free or out <= 0
+                                    or (max_len is not None and p1 + out > max_len)):
+                                break  # refused or rejected: the policy's path, from this row on
+                            free -= need
+                            held[k] = need
+                            if free_slots:
+                                slot = heappop(free_slots)
+                            else:
+                                slot = next_slot
+                                next_slot += 1
+                            m = [k, now, None, slot, step + out]
+                            heappush(heap, (step + out, seq, m))
+                            members[seq] = m
+                            joined.append(m)
+                            kv_added += p
+                            tail = need * bs - (p1 + out - 1)  # its final block's unused slots
+                            if tail >= 0:
+                                internal[k] = tail
+                                int_added += tail
+                            else:  # it grows (DecodeGrowth.join)
+                                g = -(tail // bs)
+                                fg = step + need * bs + 1 - p1
+                                grow_plan[k] = (need, fg, g, seq, tail + g * bs)
+                                if early:
+                                    growth._early.append((fg % bs, seq, k))
+                                else:
+                                    phases[fg % bs][seq] = k
+                                heappush(grow_events, (fg + bs * (g - 1), seq, k))
+                            k += 1
+                            seq += 1
+                            size += 1
+                            room -= 1
+                        if k > lo:
+                            backlog._lo = k
+                            slots.count += k - lo
+                            ctx.num_started += k - lo
+                            batch.size = size
+                            batch._next_seq = seq
+                            batch._next_slot = next_slot
+                            batch.num_kv_tokens += kv_added
+                            alloc.num_free_blocks = free
+                            alloc.internal_slots += int_added
+                            policy._miss = None
+                            a = (num_blocks - free) * bs
+                            if a > kv.peak_allocated:
+                                kv.peak_allocated = a
+                        if room and k < hi and not admit(room):
+                            return t0, busy
             size = batch.size
             if not size:
                 return t0, busy
             # how long the batch runs (KVDecodeRuns.decode_run; one step where it offers none)
-            while heap[0][2]._batch_seq != heap[0][1]:  # (DecodeBatch.drop_removed)
+            while members.get(heap[0][1]) is not heap[0][2]:  # (DecodeBatch.drop_removed)
                 heappop(heap)
             max_steps = heap[0][0] - step
             room = False
@@ -273,7 +379,9 @@ class KVDecodeLoop(FcfsDecodeLoop):
             if joined:
                 t_first = ends[0]
                 for m in joined:
-                    if m.first_token is None:
+                    if type(m) is list:
+                        m[2] = t_first
+                    elif m.first_token is None:
                         m.first_token = t_first
                     else:  # resumed after a preemption: its own gap
                         rec.record_itl(t_first - m.last_token)
@@ -287,21 +395,26 @@ class KVDecodeLoop(FcfsDecodeLoop):
             left = size
             while heap and heap[0][0] == step:
                 _, seq, m = heappop(heap)
-                if m._batch_seq != seq:  # removed earlier
+                if members.pop(seq, None) is None:  # removed earlier
                     continue
-                m.num_output_tokens = out = m.output_len
-                del members[seq]
-                m._batch_seq = -1
-                kv_left -= m.prompt_len + out
-                heappush(free_slots, m.slot)
-                m.slot = -1
-                rid = m.id
-                if rid in grow_plan:  # still growing (DecodeGrowth.leave)
-                    leave(rid)
-                alloc.internal_slots -= internal.pop(rid, 0)  # (KVPool.release)
-                alloc.num_free_blocks += held.pop(rid)
-                m.state = FINISHED
-                m.finish = m.last_token = t
+                if type(m) is list:  # (the row: index, first scheduled, first token, finish)
+                    k = m[0]
+                    kv_left -= prompt[k] + output[k]
+                    heappush(free_slots, m[3])
+                    m[3] = t
+                else:
+                    m.num_output_tokens = out = m.output_len
+                    m._batch_seq = -1
+                    kv_left -= m.prompt_len + out
+                    heappush(free_slots, m.slot)
+                    m.slot = -1
+                    m.state = FINISHED
+                    m.finish = m.last_token = t
+                    k = m.id
+                if k in grow_plan:  # still growing (DecodeGrowth.leave)
+                    leave(k)
+                alloc.internal_slots -= internal.pop(k, 0)  # (KVPool.release)
+                alloc.num_free_blocks += held.pop(k)
                 done_row(m)
                 left -= 1
             if left != size:

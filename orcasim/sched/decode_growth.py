@@ -9,14 +9,17 @@ block_size`` that have started and not finished growing take one block each.
 When the pool has that many free blocks, the whole step's growth is one
 subtraction (:meth:`DecodeGrowth.round`); only when it does not does the
 caller walk the members, in the order they joined, preempting as needed.
-Each member costs one heap event (the end of its growth), not one per block.
+Each member costs one heap event (the end of its growth: its final block's
+unused tail becomes internal fragmentation), not one per block. A member
+stays in its phase until it leaves: its phase's next round after its last
+block comes at or after the step it finishes in, when it has left.
 Members are known by request id (a lazy source's workload index) and batch
 sequence number, never as objects, so a member may be a request or a
 workload row (:class:`~orcasim.policies.kv_loop.KVDecodeLoop`).
 
 The allocator's per-request block counts are brought up to date when a
-member stops growing or leaves (:meth:`DecodeGrowth.leave`, before its
-memory is released or swapped). Pure data structure: no SimPy.
+member leaves (:meth:`DecodeGrowth.leave`, before its memory is released or
+swapped). Pure data structure: no SimPy.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ class DecodeGrowth:
         self.phases: list[dict[int, int]] = [{} for _ in range(bs)]
         self._events: list[tuple[int, int, int]] = []  # (last growth step, seq, request id)
         # request id -> (blocks at joining, first growth step, growths in all, batch seq,
-        # the unused tail of its final block); a member's entry while it grows (an event or
+        # the unused tail of its final block); a member's entry until it leaves (an event or
         # a phase entry whose seq differs is stale: it left, and may have joined again)
         self._plan: dict[int, tuple[int, int, int, int, int]] = {}
         self.last_round = -1
@@ -100,9 +103,8 @@ class DecodeGrowth:
         """How many of the rounds ``step + 1``, ``step + 2``, ... (``limit`` at most) the free
         blocks cover if nobody joins or leaves: a run of decode steps takes them one by one.
 
-        Counts every member of a round's phase, also one whose growth ends
-        before that round, so the answer may be short, never long. O(1) while
-        the free blocks cover every growing member's growth over the window.
+        O(1) while the free blocks cover a block per member and round of its phase
+        over the window.
         """
         free = self.alloc.num_free_blocks
         bs = self.bs
@@ -146,7 +148,6 @@ class DecodeGrowth:
             for s in range(step + 1, last + 1):
                 used += len(phases[s % bs])
                 if s >= stop:
-                    alloc.num_free_blocks = num_blocks - used
                     self.end_round(s)
                     stop = ev[0][0] if ev else last + 1
                     internal = alloc.internal_slots
@@ -180,7 +181,8 @@ class DecodeGrowth:
                 pending.discard(seq)
 
     def end_round(self, step: int) -> None:
-        """After ``step``'s growth: members whose last block that was stop growing."""
+        """After ``step``'s growth: members whose last block that was hold their final
+        block (its unused tail counts as internal fragmentation from this step on)."""
         if self._pending:
             self._pending = set()
         plan = self._plan
@@ -198,10 +200,8 @@ class DecodeGrowth:
                 self._stop(rid)
 
     def _stop(self, rid: int) -> None:
-        held, first, growths, seq, tail = self._plan.pop(rid)
-        self.phases[first % self.bs].pop(seq, None)
+        tail = self._plan[rid][4]
         alloc = self.alloc
-        alloc.held[rid] = held + growths
         alloc._internal[rid] = tail  # its final block: as PagedAllocator._note_final
         alloc.internal_slots += tail
 
