@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from orcasim.engine import Engine
 
 FINISHED = RequestState.FINISHED
+RUNNING = RequestState.RUNNING
 #: the preemption that takes rows (a replacement would see requests only)
 RECOMPUTE_NEWEST = KVPreemption._recompute_newest
 #: stands for a member that left the batch in a stale entry of its finish heap
@@ -175,7 +176,6 @@ class KVDecodeLoop(FcfsDecodeLoop):
         covered = growth.covered
         grow_events = growth._events
         grow_plan = growth._plan
-        leave = growth.leave
         admit = policy._admit_counted
         keep_free = policy.keep_free
         max_len = policy._max_len
@@ -229,74 +229,122 @@ class KVDecodeLoop(FcfsDecodeLoop):
                 elif not light or ctx.busy_until > now:
                     if not admit(cap - slots.count):
                         return t0, busy  # (something else takes part: the policy's own path)
-                else:
-                    if head and not admit(cap - slots.count, True):  # (those put back)
-                        return t0, busy
-                    if not head and not policy._blocked and slots.count < cap:
-                        # the backlog's rows join as lists (KVAdmission._admit_counted)
-                        joined = policy._joined
-                        room = cap - slots.count
-                        k = lo = backlog._lo
-                        hi = backlog._hi
-                        free = alloc.num_free_blocks
-                        size = batch.size
-                        seq = batch._next_seq
-                        next_slot = batch._next_slot
-                        kv_added = int_added = 0
-                        early = step > growth.last_round
-                        while room and k < hi:
+                else:  # (KVAdmission._admit_counted) those put back, then the backlog's rows
+                    joined = policy._joined
+                    room = cap - slots.count
+                    k = backlog._lo
+                    hi = backlog._hi
+                    free = alloc.num_free_blocks
+                    size = batch.size
+                    seq = batch._next_seq
+                    next_slot = batch._next_slot
+                    rows = kv_added = int_added = 0
+                    early = step > growth.last_round
+                    rest = False  # what follows takes the policy's path (rejected, raises)
+                    while room:
+                        if head:
+                            m = head[0]
+                            p = m.prompt_len
+                            p1 = p if p > 0 else 1
+                            out = m.num_output_tokens
+                            o = m.output_len
+                            rid = m.id
+                            need = -(-(p1 + out) // bs)
+                            if (max_len is not None and p1 + o > max_len) or rid in held:
+                                rest = True
+                                break
+                            if need + (keep_free if size else 0) > free:
+                                if need > num_blocks:
+                                    rest = True
+                                    break
+                                policy._blocked = True  # refused (try_join)
+                                policy._miss = (m, need, 0, 0)
+                                break
+                            if o - out <= 0:
+                                rest = True
+                                break
+                            head.popleft()
+                            if m.state != RUNNING:  # (SchedulerContext.admit)
+                                slots.count += 1
+                                m.state = RUNNING
+                            if m.first_scheduled is None:
+                                m.first_scheduled = now
+                                ctx.num_started += 1
+                            m._batch_seq = seq
+                            m._done_at = step + o - out
+                            heappush(heap, (step + o - out, seq, m))
+                            kv_added += p + out
+                        else:
+                            if k >= hi:
+                                break
                             p = prompt[k]
                             p1 = p if p > 0 else 1
-                            out = output[k]
+                            o = output[k]
+                            out = 0
+                            rid = k
                             need = -(-p1 // bs)
-                            if (need + (keep_free if size else 0) > free or out <= 0
-                                    or (max_len is not None and p1 + out > max_len)):
-                                break  # refused or rejected: the policy's path, from this row on
-                            free -= need
-                            held[k] = need
-                            if free_slots:
-                                slot = heappop(free_slots)
-                            else:
-                                slot = next_slot
-                                next_slot += 1
-                            m = [k, now, None, slot, step + out]
-                            heappush(heap, (step + out, seq, m))
-                            members[seq] = m
-                            joined.append(m)
+                            if (need + (keep_free if size else 0) > free or o <= 0
+                                    or (max_len is not None and p1 + o > max_len)):
+                                if o <= 0 or need > num_blocks or (max_len is not None
+                                                                   and p1 + o > max_len):
+                                    rest = True
+                                    break
+                                m = src._request(k, arrival[k])
+                                k += 1
+                                head.appendleft(m)
+                                policy._blocked = True  # refused (try_join)
+                                policy._miss = (m, need, 0, 0)
+                                break
+                            m = [k, now, None, 0, step + o]
+                            heappush(heap, (step + o, seq, m))
                             kv_added += p
-                            tail = need * bs - (p1 + out - 1)  # its final block's unused slots
-                            if tail >= 0:
-                                internal[k] = tail
-                                int_added += tail
-                            else:  # it grows (DecodeGrowth.join)
-                                g = -(tail // bs)
-                                fg = step + need * bs + 1 - p1
-                                grow_plan[k] = (need, fg, g, seq, tail + g * bs)
-                                if early:
-                                    growth._early.append((fg % bs, seq, k))
-                                else:
-                                    phases[fg % bs][seq] = k
-                                heappush(grow_events, (fg + bs * (g - 1), seq, k))
+                            rows += 1
                             k += 1
-                            seq += 1
-                            size += 1
-                            room -= 1
-                        if k > lo:
-                            backlog._lo = k
-                            slots.count += k - lo
-                            ctx.num_started += k - lo
-                            batch.size = size
-                            batch._next_seq = seq
-                            batch._next_slot = next_slot
-                            batch.num_kv_tokens += kv_added
-                            alloc.num_free_blocks = free
-                            alloc.internal_slots += int_added
-                            policy._miss = None
-                            a = (num_blocks - free) * bs
-                            if a > kv.peak_allocated:
-                                kv.peak_allocated = a
-                        if room and k < hi and not admit(room):
-                            return t0, busy
+                        free -= need  # (PagedAllocator.admit, DecodeBatch.add)
+                        held[rid] = need
+                        policy._miss = None
+                        if free_slots:
+                            slot = heappop(free_slots)
+                        else:
+                            slot = next_slot
+                            next_slot += 1
+                        if type(m) is list:
+                            m[3] = slot
+                        else:
+                            m.slot = slot
+                        members[seq] = m
+                        joined.append(m)
+                        tail = need * bs - (p1 + o - 1)  # its final block's unused slots
+                        if tail >= 0:
+                            internal[rid] = tail
+                            int_added += tail
+                        else:  # it grows (DecodeGrowth.join)
+                            g = -(tail // bs)
+                            fg = step + need * bs + 1 - (p1 + out)
+                            grow_plan[rid] = (need, fg, g, seq, tail + g * bs)
+                            if early:
+                                growth._early.append((fg % bs, seq, rid))
+                            else:
+                                phases[fg % bs][seq] = rid
+                            heappush(grow_events, (fg + bs * (g - 1), seq, rid))
+                        seq += 1
+                        size += 1
+                        room -= 1
+                    if size > batch.size:
+                        slots.count += rows
+                        ctx.num_started += rows
+                        batch.size = size
+                        batch._next_seq = seq
+                        batch._next_slot = next_slot
+                        batch.num_kv_tokens += kv_added
+                        alloc.num_free_blocks = free
+                        alloc.internal_slots += int_added
+                        a = (num_blocks - free) * bs
+                        if a > kv.peak_allocated:
+                            kv.peak_allocated = a
+                    backlog._lo = k
+                    if rest and not admit(room):
+                        return t0, busy
             size = batch.size
             if not size:
                 return t0, busy
@@ -339,26 +387,42 @@ class KVDecodeLoop(FcfsDecodeLoop):
             ctx.busy_until = env._now = t
             t0 = now
             busy = run_busy
-            # the run's rounds and memory rows (KVDecodeRuns.complete_run)
+            # the run's rounds and memory rows (KVDecodeRuns.complete_run, DecodeGrowth.run_rounds)
             used = num_blocks - alloc.num_free_blocks
             last = step + steps - 1
-            if steps == 1 or (grow_events and grow_events[0][0] <= last):
-                try:  # (one step: no round; else a member stops growing in the run)
+            if growth._early:
+                try:  # (members that joined before their round ran: the growth's own rounds)
                     allocated, internals = growth.run_rounds(step, steps - 1)
                 except ValueError as err:
                     raise SimulationError(f"a run of decode steps: {err}") from None
-            else:  # (DecodeGrowth.run_rounds: nobody stops growing, the internal slots stay)
+            else:
                 allocated = [used * bs]
-                append = allocated.append
-                for r in range(step + 1, last + 1):
-                    used += len(phases[r % bs])
-                    append(used * bs)
-                if used > num_blocks:  # (covered: never)
-                    raise SimulationError(f"a run of decode steps: rounds {step + 1} to {last} "
-                                          "need more blocks than are free")
-                alloc.num_free_blocks = num_blocks - used
-                growth.last_round = last
-                internals = [alloc.internal_slots] * steps
+                if steps > 1:
+                    append = allocated.append
+                    for r in range(step + 1, last + 1):
+                        used += len(phases[r % bs])
+                        append(used * bs)
+                    if used > num_blocks:  # (covered: never)
+                        raise SimulationError(f"a run of decode steps: rounds {step + 1} to "
+                                              f"{last} need more blocks than are free")
+                    alloc.num_free_blocks = num_blocks - used
+                    growth.last_round = last
+                slots_int = alloc.internal_slots
+                if grow_events and grow_events[0][0] <= last:  # members take their final
+                    internals = []  # blocks (DecodeGrowth.end_round): internal slots from then
+                    at = step
+                    while grow_events and grow_events[0][0] <= last:
+                        r, seq, k = heappop(grow_events)
+                        g = grow_plan.get(k)
+                        if g is not None and g[3] == seq:
+                            internals += [slots_int] * (r - at)
+                            at = r
+                            internal[k] = tail = g[4]
+                            slots_int += tail
+                    internals += [slots_int] * (last + 1 - at)
+                    alloc.internal_slots = slots_int
+                else:
+                    internals = [slots_int] * steps
             peak = allocated[-1]  # (allocated only grows in a run)
             if series is not None:  # (KVPool.observe_run, KVSeries.add_run)
                 if peak > kv.peak_allocated:
@@ -411,10 +475,14 @@ class KVDecodeLoop(FcfsDecodeLoop):
                     m.state = FINISHED
                     m.finish = m.last_token = t
                     k = m.id
-                if k in grow_plan:  # still growing (DecodeGrowth.leave)
-                    leave(k)
                 alloc.internal_slots -= internal.pop(k, 0)  # (KVPool.release)
-                alloc.num_free_blocks += held.pop(k)
+                g = grow_plan.pop(k, None)
+                if g is None:
+                    alloc.num_free_blocks += held.pop(k)
+                else:  # it grew (DecodeGrowth.leave), to its final block before its last step
+                    phases[g[1] % bs].pop(g[3], None)
+                    del held[k]
+                    alloc.num_free_blocks += g[0] + g[2]
                 done_row(m)
                 left -= 1
             if left != size:
