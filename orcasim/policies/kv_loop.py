@@ -25,6 +25,7 @@ from orcasim.errors import SimulationError
 from orcasim.metrics.kv_series import BUFFER as KV_BUFFER
 from orcasim.metrics.request_rows import DONE_BLOCK
 from orcasim.policies.decode_loop import FcfsDecodeLoop
+from orcasim.policies.kv_loop_admit import KVLoopAdmission
 from orcasim.policies.kv_preempt import KVPreemption, row_request
 from orcasim.request import Request, RequestState
 
@@ -39,7 +40,7 @@ RECOMPUTE_NEWEST = KVPreemption._recompute_newest
 GONE = Request(-1, 0.0, 0, 0)
 
 
-class KVDecodeLoop(FcfsDecodeLoop):
+class KVDecodeLoop(KVLoopAdmission, FcfsDecodeLoop):
     """Whole runs of a first-come-first-served decode batch in a paged pool (see the module)."""
 
     #: off: the engine takes every run through the policy's and recorder's methods
@@ -62,6 +63,19 @@ class KVDecodeLoop(FcfsDecodeLoop):
         self.light = (not src._attrs and policy.victim_rule == "last_admitted"  # type: ignore[attr-defined]
                       and type(policy)._recompute_newest is RECOMPUTE_NEWEST
                       and self.rec.set_row_source(src, src._arrival, src._prompt, src._output))
+        kv = self.kv
+        alloc = kv.alloc
+        growth = self.growth
+        batch = self.batch
+        backlog: Any = ctx.waiting
+        self._admit_state = (
+            ctx, policy, batch, batch._heap, batch._members, batch._free_slots, backlog,
+            backlog._head, src, src._arrival, src._prompt, src._output, ctx.slots,
+            ctx.slots.capacity, kv, alloc, alloc.held, alloc._internal, growth, growth.phases,
+            growth._plan, growth._events, growth.bs, alloc.capacity_units,
+            policy.keep_free,  # type: ignore[attr-defined]
+            policy._max_len, policy._refused_again,  # type: ignore[attr-defined]
+            policy._admit_counted, self.light)  # type: ignore[attr-defined]
 
     @classmethod
     def applies(cls, engine: Engine) -> bool:
@@ -149,7 +163,6 @@ class KVDecodeLoop(FcfsDecodeLoop):
         head = backlog._head
         arrival, prompt, output = src._arrival, src._prompt, src._output
         n = src._n
-        light = self.light
         rec = self.rec
         done = rec._done
         done_row = done.append
@@ -176,10 +189,7 @@ class KVDecodeLoop(FcfsDecodeLoop):
         covered = growth.covered
         grow_events = growth._events
         grow_plan = growth._plan
-        admit = policy._admit_counted
-        keep_free = policy.keep_free
-        max_len = policy._max_len
-        refused_again = policy._refused_again
+        admit_at = self._admit_at
         swap = policy.swap
         grow_exact = policy._grow_exact
         inf = float("inf")
@@ -209,142 +219,9 @@ class KVDecodeLoop(FcfsDecodeLoop):
                     if (grow_events and grow_events[0][0] <= step) or growth._early:
                         growth.end_round(step)
             policy._blocked = False
-            if (head or backlog._hi > backlog._lo) and slots.count < cap:
-                # (KVDecodePolicy.ready_plan, KVAdmission.admit_fcfs)
-                miss = policy._miss
-                keep = keep_free if batch.size else 0
-                first = head[0] if head else None  # a request put back (refused, preempted)
-                if first is not None and first is (miss[0] if miss is not None else None):
-                    if refused_again(miss, keep):  # type: ignore[index]
-                        policy._blocked = True  # the head is refused again
-                elif first is not None and (max_len is None or max(first.prompt_len, 1)
-                                            + first.output_len <= max_len):
-                    p = first.prompt_len
-                    need = -(-((p if p > 0 else 1) + first.num_output_tokens) // bs)
-                    if need + keep > alloc.num_free_blocks and need <= num_blocks:
-                        policy._blocked = True  # refused for now (try_join)
-                        policy._miss = (first, need, 0, 0)
-                if policy._blocked:
-                    pass
-                elif not light or ctx.busy_until > now:
-                    if not admit(cap - slots.count):
-                        return t0, busy  # (something else takes part: the policy's own path)
-                else:  # (KVAdmission._admit_counted) those put back, then the backlog's rows
-                    joined = policy._joined
-                    room = cap - slots.count
-                    k = backlog._lo
-                    hi = backlog._hi
-                    free = alloc.num_free_blocks
-                    size = batch.size
-                    seq = batch._next_seq
-                    next_slot = batch._next_slot
-                    rows = kv_added = int_added = 0
-                    early = step > growth.last_round
-                    rest = False  # what follows takes the policy's path (rejected, raises)
-                    while room:
-                        if head:
-                            m = head[0]
-                            p = m.prompt_len
-                            p1 = p if p > 0 else 1
-                            out = m.num_output_tokens
-                            o = m.output_len
-                            rid = m.id
-                            need = -(-(p1 + out) // bs)
-                            if (max_len is not None and p1 + o > max_len) or rid in held:
-                                rest = True
-                                break
-                            if need + (keep_free if size else 0) > free:
-                                if need > num_blocks:
-                                    rest = True
-                                    break
-                                policy._blocked = True  # refused (try_join)
-                                policy._miss = (m, need, 0, 0)
-                                break
-                            if o - out <= 0:
-                                rest = True
-                                break
-                            head.popleft()
-                            if m.state != RUNNING:  # (SchedulerContext.admit)
-                                slots.count += 1
-                                m.state = RUNNING
-                            if m.first_scheduled is None:
-                                m.first_scheduled = now
-                                ctx.num_started += 1
-                            m._batch_seq = seq
-                            m._done_at = step + o - out
-                            heappush(heap, (step + o - out, seq, m))
-                            kv_added += p + out
-                        else:
-                            if k >= hi:
-                                break
-                            p = prompt[k]
-                            p1 = p if p > 0 else 1
-                            o = output[k]
-                            out = 0
-                            rid = k
-                            need = -(-p1 // bs)
-                            if (need + (keep_free if size else 0) > free or o <= 0
-                                    or (max_len is not None and p1 + o > max_len)):
-                                if o <= 0 or need > num_blocks or (max_len is not None
-                                                                   and p1 + o > max_len):
-                                    rest = True
-                                    break
-                                m = src._request(k, arrival[k])
-                                k += 1
-                                head.appendleft(m)
-                                policy._blocked = True  # refused (try_join)
-                                policy._miss = (m, need, 0, 0)
-                                break
-                            m = [k, now, None, 0, step + o]
-                            heappush(heap, (step + o, seq, m))
-                            kv_added += p
-                            rows += 1
-                            k += 1
-                        free -= need  # (PagedAllocator.admit, DecodeBatch.add)
-                        held[rid] = need
-                        policy._miss = None
-                        if free_slots:
-                            slot = heappop(free_slots)
-                        else:
-                            slot = next_slot
-                            next_slot += 1
-                        if type(m) is list:
-                            m[3] = slot
-                        else:
-                            m.slot = slot
-                        members[seq] = m
-                        joined.append(m)
-                        tail = need * bs - (p1 + o - 1)  # its final block's unused slots
-                        if tail >= 0:
-                            internal[rid] = tail
-                            int_added += tail
-                        else:  # it grows (DecodeGrowth.join)
-                            g = -(tail // bs)
-                            fg = step + need * bs + 1 - (p1 + out)
-                            grow_plan[rid] = (need, fg, g, seq, tail + g * bs)
-                            if early:
-                                growth._early.append((fg % bs, seq, rid))
-                            else:
-                                phases[fg % bs][seq] = rid
-                            heappush(grow_events, (fg + bs * (g - 1), seq, rid))
-                        seq += 1
-                        size += 1
-                        room -= 1
-                    if size > batch.size:
-                        slots.count += rows
-                        ctx.num_started += rows
-                        batch.size = size
-                        batch._next_seq = seq
-                        batch._next_slot = next_slot
-                        batch.num_kv_tokens += kv_added
-                        alloc.num_free_blocks = free
-                        alloc.internal_slots += int_added
-                        a = (num_blocks - free) * bs
-                        if a > kv.peak_allocated:
-                            kv.peak_allocated = a
-                    backlog._lo = k
-                    if rest and not admit(room):
-                        return t0, busy
+            if ((head or backlog._hi > backlog._lo) and slots.count < cap
+                    and not admit_at(now, step)):
+                return t0, busy  # (something else takes part: the policy's own path)
             size = batch.size
             if not size:
                 return t0, busy

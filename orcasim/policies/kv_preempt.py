@@ -51,6 +51,8 @@ class KVPreemption:
     _blocked: bool
     _swapped: deque[Request]
     _swapped_in: list[Request]
+    #: the waiting queue and :meth:`_recompute_newest`'s preemption for it
+    _newest: tuple[Any, Callable[[], int]] | None = None
 
     if TYPE_CHECKING:  # the policy's
         def room(self) -> int: ...
@@ -65,7 +67,11 @@ class KVPreemption:
         assert growth is not None
         step = self.batch.num_steps
         if not self.swap and self.victim_rule == "last_admitted":
-            growth.grow_due(due, self._recompute_newest())
+            made = self._newest  # (made once for the queue it puts victims back into)
+            waiting = self.ctx.waiting
+            if made is None or made[0] is not waiting:
+                made = self._newest = (waiting, self._recompute_newest())
+            growth.grow_due(due, made[1])
             growth.end_round(step)
             return 0.0
         secs = 0.0
