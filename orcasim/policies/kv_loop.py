@@ -74,8 +74,7 @@ class KVDecodeLoop(KVLoopAdmission, FcfsDecodeLoop):
             ctx.slots.capacity, kv, alloc, alloc.held, alloc._internal, growth, growth.phases,
             growth._plan, growth._events, growth.bs, alloc.capacity_units,
             policy.keep_free,  # type: ignore[attr-defined]
-            policy._max_len, policy._refused_again,  # type: ignore[attr-defined]
-            policy._admit_counted, self.light)  # type: ignore[attr-defined]
+            policy._max_len, policy._admit_counted, self.light)  # type: ignore[attr-defined]
 
     @classmethod
     def applies(cls, engine: Engine) -> bool:
@@ -190,6 +189,8 @@ class KVDecodeLoop(KVLoopAdmission, FcfsDecodeLoop):
         grow_events = growth._events
         grow_plan = growth._plan
         admit_at = self._admit_at
+        keep_free = policy.keep_free
+        max_len = policy._max_len
         swap = policy.swap
         grow_exact = policy._grow_exact
         inf = float("inf")
@@ -219,9 +220,22 @@ class KVDecodeLoop(KVLoopAdmission, FcfsDecodeLoop):
                     if (grow_events and grow_events[0][0] <= step) or growth._early:
                         growth.end_round(step)
             policy._blocked = False
-            if ((head or backlog._hi > backlog._lo) and slots.count < cap
-                    and not admit_at(now, step)):
-                return t0, busy  # (something else takes part: the policy's own path)
+            if (head or backlog._hi > backlog._lo) and slots.count < cap:
+                if head:  # (KVDecodePolicy.ready_plan, KVAdmission.admit_fcfs)
+                    first = head[0]  # a request put back (refused, preempted)
+                    miss = policy._miss
+                    keep = keep_free if batch.size else 0
+                    if miss is not None and first is miss[0]:  # (_refused_again: paged, no
+                        if miss[1] + keep > alloc.num_free_blocks:  # kv.get waits)
+                            policy._blocked = True  # the head is refused again
+                    elif max_len is None or max(first.prompt_len, 1) + first.output_len <= max_len:
+                        p = first.prompt_len
+                        need = -(-((p if p > 0 else 1) + first.num_output_tokens) // bs)
+                        if need + keep > alloc.num_free_blocks and need <= num_blocks:
+                            policy._blocked = True  # refused for now (try_join)
+                            policy._miss = (first, need, 0, 0)
+                if not policy._blocked and not admit_at(now, step):
+                    return t0, busy  # (something else takes part: the policy's own path)
             size = batch.size
             if not size:
                 return t0, busy

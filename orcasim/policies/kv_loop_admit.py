@@ -30,27 +30,12 @@ class KVLoopAdmission:
 
     def _admit_at(self, now: float, step: int) -> bool:
         """Admission at the boundary of batch step ``step`` at ``now`` (its round done), with
-        someone waiting and a free slot; False where the policy's own path takes it."""
+        someone waiting, a free slot and the head not refused already (the loop checks);
+        False where the policy's own path takes it."""
         (ctx, policy, batch, heap, members, free_slots, backlog, head, src, arrival, prompt,
          output, slots, cap, kv, alloc, held, internal, growth, phases, grow_plan, grow_events,
-         bs, num_blocks, keep_free, max_len, refused_again, admit, light) = self._admit_state
-        # (KVDecodePolicy.ready_plan, KVAdmission.admit_fcfs)
-        miss = policy._miss
-        keep = keep_free if batch.size else 0
-        first = head[0] if head else None  # a request put back (refused, preempted)
-        if first is not None and first is (miss[0] if miss is not None else None):
-            if refused_again(miss, keep):  # type: ignore[index]
-                policy._blocked = True  # the head is refused again
-        elif first is not None and (max_len is None or max(first.prompt_len, 1)
-                                    + first.output_len <= max_len):
-            p = first.prompt_len
-            need = -(-((p if p > 0 else 1) + first.num_output_tokens) // bs)
-            if need + keep > alloc.num_free_blocks and need <= num_blocks:
-                policy._blocked = True  # refused for now (try_join)
-                policy._miss = (first, need, 0, 0)
-        if policy._blocked:
-            pass
-        elif not light or ctx.busy_until > now:
+         bs, num_blocks, keep_free, max_len, admit, light) = self._admit_state
+        if not light or ctx.busy_until > now:
             if not admit(cap - slots.count):
                 return False  # (something else takes part: the policy's own path)
         else:  # (KVAdmission._admit_counted) those put back, then the backlog's rows
