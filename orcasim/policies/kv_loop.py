@@ -319,9 +319,9 @@ class KVDecodeLoop(KVLoopAdmission, FcfsDecodeLoop):
                 if peak > kv.peak_allocated:
                     kv.peak_allocated = peak
                 kv_t1 = series._t1
-                kv_t1.fromlist(ends)
-                series._alloc.fromlist(allocated)
-                series._int.fromlist(internals)
+                kv_t1 += ends
+                series._alloc += allocated
+                series._int += internals
                 series._runs.extend((now, steps, kv_tokens, size, alloc.padding_slots,
                                      kv.num_swap_blocks_used * kv_bs, policy._blocked))
                 if len(kv_t1) >= KV_BUFFER:
