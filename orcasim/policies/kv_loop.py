@@ -191,6 +191,7 @@ class KVDecodeLoop(KVLoopAdmission, FcfsDecodeLoop):
         admit_at = self._admit_at
         keep_free = policy.keep_free
         max_len = policy._max_len
+        refused_again = policy._refused_again
         swap = policy.swap
         grow_exact = policy._grow_exact
         inf = float("inf")
@@ -225,8 +226,8 @@ class KVDecodeLoop(KVLoopAdmission, FcfsDecodeLoop):
                     first = head[0]  # a request put back (refused, preempted)
                     miss = policy._miss
                     keep = keep_free if batch.size else 0
-                    if miss is not None and first is miss[0]:  # (_refused_again: paged, no
-                        if miss[1] + keep > alloc.num_free_blocks:  # kv.get waits)
+                    if miss is not None and first is miss[0]:
+                        if refused_again(miss, keep):
                             policy._blocked = True  # the head is refused again
                     elif max_len is None or max(first.prompt_len, 1) + first.output_len <= max_len:
                         p = first.prompt_len
