@@ -13,7 +13,9 @@ round (members take their blocks one by one, preempting by recompute); with
 :meth:`~orcasim.policies.kv_runs.KVDecodeRuns.decode_run` would offer (down
 to one step), and its effects are those of the policy's ``complete_run``,
 bit for bit (``tests/test_kv_loop.py`` compares the loop, the policy's runs
-and step-by-step simulation).
+and step-by-step simulation). Requests of the backlog join as workload rows
+(:mod:`~orcasim.policies.kv_loop_admit`) and become requests when preempted
+or when the loop hands a boundary back.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ if TYPE_CHECKING:
     from orcasim.engine import Engine
 
 FINISHED = RequestState.FINISHED
-RUNNING = RequestState.RUNNING
 #: the preemption that takes rows (a replacement would see requests only)
 RECOMPUTE_NEWEST = KVPreemption._recompute_newest
 #: stands for a member that left the batch in a stale entry of its finish heap
