@@ -141,15 +141,18 @@ def test_loop_rows_reach_the_spill_at_the_same_rows(monkeypatch):
     assert len(cols[0]["id"]) == 300
 
 
-def test_rows_held_and_written_in_blocks_equal_rows_recorded_one_by_one(monkeypatch):
+@pytest.mark.parametrize("run", [1, 3, 64])
+def test_rows_held_and_written_in_blocks_equal_rows_recorded_one_by_one(monkeypatch, run):
     """Requests and workload rows held by ``record_finished`` (mixed, across spill blocks)
     give the rows ``record_request`` writes, in the same order; ``num_recorded`` counts the
-    held rows without writing them."""
+    held rows without writing them. ``run``: rows of one kind written on their own (fewer
+    are written with the other kind's in one pass; 1: never)."""
     from orcasim.metrics import request_rows
     from orcasim.metrics.recorder import Recorder
     from orcasim.request import Request, RequestState
 
     monkeypatch.setattr(request_rows, "DONE_BLOCK", 5)
+    monkeypatch.setattr(request_rows, "_RUN", run)
     arrival = np.linspace(0.0, 3.0, 40)
     prompt = np.arange(40, dtype=np.int64) + 7
     output = np.arange(40, dtype=np.int64) % 9 + 1
@@ -160,6 +163,8 @@ def test_rows_held_and_written_in_blocks_equal_rows_recorded_one_by_one(monkeypa
         req.state = RequestState.FINISHED
         req.first_scheduled, req.first_token = t - 0.5, t - 0.25
         req.num_output_tokens = req.output_len
+        req.num_preemptions = k % 3 if k % 4 == 1 else 0  # (a row: none)
+        req.tenant = "t" if k % 8 == 1 else None
         req.finish = req.last_token = t
         return req
 
@@ -179,5 +184,5 @@ def test_rows_held_and_written_in_blocks_equal_rows_recorded_one_by_one(monkeypa
     a, b = one.request_columns(take=True), held.request_columns(take=True)
     for name in ("id", "arrival", "first_scheduled", "first_token", "finish", "prompt_len",
                  "output_len", "num_output_tokens", "num_preemptions", "priority", "state",
-                 "name", "reason"):
+                 "name", "reason", "tenant"):
         assert np.asarray(a[name]).tolist() == np.asarray(b[name]).tolist(), name

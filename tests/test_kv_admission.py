@@ -48,9 +48,9 @@ def run_three(overrides: dict, n: int = 1500, variant: str = "continuous") -> di
         calls = [0]
         plain = KVAdmission._admit_counted
 
-        def counted(self, room, plain=plain, calls=calls):
+        def counted(self, room, *put_back, plain=plain, calls=calls):
             calls[0] += 1
-            return plain(self, room)
+            return plain(self, room, *put_back)
 
         KVAdmission._admit_counted = counted  # type: ignore[method-assign]
         try:

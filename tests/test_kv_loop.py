@@ -26,10 +26,27 @@ WAYS = ("loop", "runs", "steps")
 TIGHT = {"block_size": 16, "num_blocks": 400}
 
 
+def pool_check(ctx) -> tuple[int, int, int, int]:
+    """The pool's allocated blocks and internal slots, and what the batch's members need
+    for the known tokens of the step in progress (a member's blocks hold its prompt and
+    generated tokens; once it holds its final block, the unused tail is internal)."""
+    policy, alloc = ctx.policy, ctx.kv.alloc
+    bs = alloc.block_size
+    need = internal = 0
+    for r in policy.batch:
+        p = max(r.prompt_len, 1)
+        n = -(-(p + policy.batch.output_tokens(r)) // bs)
+        need += n
+        if n * bs >= p + r.output_len - 1:
+            internal += n * bs - (p + r.output_len - 1)
+    return alloc.capacity_units - alloc.num_free_blocks, need, alloc.internal_slots, internal
+
+
 def run_three(overrides: dict, n: int = 1500, watch: float | None = None,
-              stop_at: float | None = None) -> dict[str, dict]:
+              stop_at: float | None = None, check: bool = False) -> dict[str, dict]:
     """The seed scenario's ``continuous`` variant with ``overrides``, each way; ``watch``: a
-    process wakes every ``watch`` seconds; ``stop_at``: a hard stop then."""
+    process wakes every ``watch`` seconds (``check``: and compares the pool's blocks with its
+    members' tokens, :func:`pool_check`); ``stop_at``: a hard stop then."""
     sc = orcasim.load_scenario("seed_orca").override({"workload.num_requests": n, **overrides})
     cfg = sc.variant("continuous")
     arrays = generate_workload(cfg)
@@ -46,6 +63,9 @@ def run_three(overrides: dict, n: int = 1500, watch: float | None = None,
                         yield env.timeout(watch)
                         seen.append((env.now, ctx.num_started, ctx.slots.count,
                                      sorted(r.id for r in ctx.running)))
+                        if check:
+                            held, need, internal, tails = pool_check(ctx)
+                            assert (held, internal) == (need, tails), env.now
                 m.env.process(watcher())
             if stop_at is not None:
                 def stopper(env=m.env, engine=m.engine):
@@ -83,6 +103,7 @@ def run_three(overrides: dict, n: int = 1500, watch: float | None = None,
             **snapshot(m),
             "releases": m.ctx.kv.num_releases,
             "leaked": m.ctx.kv.leaked_blocks(),
+            "light": getattr(m.engine._loop, "light", None),
         }
     return out
 
@@ -132,6 +153,9 @@ def test_loop_equals_policy_runs_and_steps(name):
     if name != "small_pool":
         assert loop["leaked"] == 0 and len(loop["order"]) == 1500
     assert out["runs"]["looped"] == 0
+    # the backlog's requests join the loop's batch as workload rows, but for a victim rule the
+    # loop does not take rows for, or per-request attributes
+    assert loop["light"] == (name not in ("watermark", "classes"))
     if name == "swap":  # a boundary that preempts goes to the engine
         assert 0 < loop["looped"] < loop["num_steps"]
     elif name != "small_pool":  # the loop made the steps, preempting too (the engine makes
@@ -161,11 +185,23 @@ def test_preemption_in_place_equals_the_policys_victim_and_preempt(monkeypatch):
         def take():
             victim = self._victim()
             self._preempt(victim)
-            return victim
+            return victim.id
         return take
 
     monkeypatch.setattr(KVPreemption, "_recompute_newest", generic)
     slow = run_three(SCENARIOS["tight"], n=800)
     assert_three_identical(slow)
+    assert fast["light"] and slow["loop"]["light"] is False  # (requests only)
     assert_identical(slow["loop"], fast)
     assert fast["preemptions"]["num_preemptions"] > 100
+
+
+@pytest.mark.parametrize("name", ["ample", "tight", "light", "block_of_one", "classes"])
+def test_pool_blocks_follow_the_members_tokens(name):
+    """Between hand-backs the pool holds, for each member, the blocks of the tokens its step
+    in progress reads, and internal slots for the final blocks' unused tails: the growth's
+    rounds (members kept in their phase until they leave) and the loop's own bookkeeping
+    against the members' token counts, every way."""
+    out = run_three(SCENARIOS[name], n=500, watch=0.29, check=True)
+    assert_three_identical(out)
+    assert len(out["loop"]["seen"]) > 100

@@ -11,8 +11,6 @@ so time-weighted means stay exact per bin and the run's totals exact.
 
 from __future__ import annotations
 
-from array import array
-
 import numpy as np
 
 from orcasim.metrics.series import BinnedSeries, expand_runs
@@ -35,11 +33,12 @@ class KVSeries(BinnedSeries):
         self.total = total
         # raw steps not yet binned: per step its end, allocated and internal slots; per run
         # of steps (a single step is a run of one) a row of _RUN_FIELDS, one after another
-        # in one array (integers below 2**53 are exact in it)
-        self._t1 = array("d")
-        self._alloc = array("q")
-        self._int = array("q")
-        self._runs = array("d")
+        # in one list (integers below 2**53 are exact in float64). Lists, not arrays: a run
+        # extends them without converting each value (numpy converts a block at a flush)
+        self._t1: list[float] = []
+        self._alloc: list[int] = []
+        self._int: list[int] = []
+        self._runs: list[float] = []
 
     def __len__(self) -> int:
         """Raw steps not yet binned."""
@@ -62,9 +61,9 @@ class KVSeries(BinnedSeries):
         """Steps back to back from ``t_start``, ending at ``ends``: :meth:`add` once per step,
         with ``tokens`` growing by ``size`` per step and ``allocated``/``internal`` per step."""
         t1 = self._t1
-        t1.fromlist(ends)  # (from lists: twice as fast as extend)
-        self._alloc.fromlist(allocated)
-        self._int.fromlist(internal)
+        t1 += ends
+        self._alloc += allocated
+        self._int += internal
         self._runs.extend((t_start, len(ends), tokens, size, padding, swapped, blocked))
         if len(t1) >= _BUFFER:
             self.flush(whole=True)
@@ -80,7 +79,7 @@ class KVSeries(BinnedSeries):
         n = m - m % _BUFFER if whole else m
         if not n:
             return
-        t1 = np.array(self._t1, dtype=np.float64)  # copies
+        t1 = np.array(self._t1, dtype=np.float64)
         alloc = np.array(self._alloc, dtype=np.float64)
         internal = np.array(self._int, dtype=np.float64)
         runs = np.array(self._runs, dtype=np.float64).reshape(-1, _RUN_FIELDS)
@@ -100,7 +99,7 @@ class KVSeries(BinnedSeries):
         if n < m:
             for c, tail in zip((self._t1, self._alloc, self._int), tails, strict=True):
                 c.extend(tail)
-            self._runs.frombytes(rest.tobytes())
+            self._runs += rest.ravel().tolist()
         free = self.total - alloc[:n]
         stranded = np.where(blk[:n] > 0, free, 0.0)
         self.add_columns(t0[:n], t1[:n], [tok[:n], alloc[:n], internal[:n], pad[:n], free,

@@ -21,6 +21,8 @@ from orcasim.request import FINAL_STATES, Request, RequestState
 _NAN = float("nan")
 #: rows :meth:`RequestRows.record_finished` holds before writing them
 DONE_BLOCK = 4096
+#: rows of one kind that :meth:`RequestRows._write_done` writes on their own (fewer: together)
+_RUN = 64
 
 REQUEST_FLOAT_COLUMNS = ("arrival", "first_scheduled", "first_token", "finish")
 REQUEST_INT_COLUMNS = (
@@ -147,10 +149,21 @@ class RequestRows:
             stop = at + 1
             while stop < end and type(held[stop]) is kind:
                 stop += 1
+            if stop < end and stop - at < _RUN:  # short runs of both kinds: in one pass, up
+                while stop < end:  # to the next run of _RUN rows of one kind
+                    run, of = stop, type(held[stop])
+                    while stop < end and type(held[stop]) is of and stop - run < _RUN:
+                        stop += 1
+                    if stop - run >= _RUN:
+                        stop = run
+                        break
+                kind = None
             chunk = held[at:stop]
             at = stop
             if kind is list:
                 self._write_indexed(chunk)
+            elif kind is None:
+                self._write_mixed(chunk, row)
             else:
                 self._write_requests(chunk, row)
             if row + len(chunk) >= self._spill_at:
@@ -174,6 +187,35 @@ class RequestRows:
                             ("num_preemptions", zeros), ("priority", zeros),
                             ("state", np.full(len(rows), int(RequestState.FINISHED), np.int64))):
             i[col].frombytes(values.tobytes())
+
+    def _write_mixed(self, chunk: list[Any], row: int) -> None:
+        """Rows of finished requests and of the workload (as :meth:`_write_indexed` reads
+        them), in their order, from ``row`` on."""
+        _, arrival, prompt, output = self._row_source  # type: ignore[misc]
+        ids = np.array([r[0] for r in chunk if type(r) is list], dtype=np.int64)
+        looked = zip(arrival[ids].astype(np.float64).tolist(),
+                     prompt[ids].astype(np.int64).tolist(), output[ids].astype(np.int64).tolist(),
+                     strict=True)
+        done = int(RequestState.FINISHED)
+        values = []
+        for r in chunk:
+            if type(r) is list:
+                t, p, o = next(looked)
+                values.append((t, r[1], r[2], r[3], r[0], p, o, o, 0, 0, done))
+            else:
+                values.append((r.arrival, r.first_scheduled, r.first_token, r.finish, r.id,
+                               r.prompt_len, r.output_len, r.num_output_tokens,
+                               r.num_preemptions, r.priority, r.state))
+        cols = list(zip(*values, strict=True))
+        for name, col in zip(REQUEST_FLOAT_COLUMNS + REQUEST_INT_COLUMNS, cols, strict=True):
+            (self._f if name in REQUEST_FLOAT_COLUMNS else self._i)[name].fromlist(list(col))
+        reqs = [(k, r) for k, r in enumerate(chunk, row) if type(r) is not list]
+        for sparse, key in ((self._name, "name"), (self._tenant, "tenant"), (self._cls, "cls"),
+                            (self._reason, "reason")):
+            for k, r in reqs:
+                v = getattr(r, key)
+                if v is not None:
+                    sparse[k] = v
 
     def _write_requests(self, chunk: list[Request], row: int) -> None:
         """Finished requests' rows, from ``row`` on."""

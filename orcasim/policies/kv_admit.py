@@ -126,12 +126,13 @@ class KVAdmission:
         if skipped:
             waiting.extendleft(reversed(skipped))
 
-    def _admit_counted(self, room: int) -> bool:
+    def _admit_counted(self, room: int, put_back: bool = False) -> bool:
         """:meth:`admit_fcfs`'s head-of-line loop of :meth:`try_join` calls, for a plain paged
         pool: the same admissions, refusals and rejections, in the same order, with the
         allocator's, context's, batch's and growth's bookkeeping done here. False (nothing
         done) where something else takes part: a waiting ``kv.get``, an admission callback
-        or listener, a step in flight."""
+        or listener, a step in flight. ``put_back``: only the requests put back in front of
+        a lazy source's backlog (its ``_head``), not its rows."""
         ctx = self.ctx
         kv: Any = self.kv
         if (kv._getters or ctx.on_admit is not None or ctx._admitted is not None
@@ -162,7 +163,8 @@ class KVAdmission:
         start = ctx.env._now
         started = 0
         room0 = room
-        while room > 0 and waiting:
+        queue = waiting._head if put_back else waiting
+        while room > 0 and queue:
             req = popleft()
             p = req.prompt_len
             if p < 1:
@@ -225,10 +227,10 @@ class KVAdmission:
                 growths = -(tail // bs)  # ceil(-tail / bs)
                 grow_plan[rid] = (n, first, growths, seq, tail + growths * bs)
                 if early:
-                    grow_early.append((first % bs, seq, req))
+                    grow_early.append((first % bs, seq, rid))
                 else:
-                    phases[first % bs][seq] = req
-                heappush(grow_events, (first + bs * (growths - 1), seq, req))
+                    phases[first % bs][seq] = rid
+                heappush(grow_events, (first + bs * (growths - 1), seq, rid))
             room -= 1
         ctx.num_started += started
         if room < room0:  # (KVPool.admit: the peak, after the last admission)

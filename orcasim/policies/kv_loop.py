@@ -13,7 +13,9 @@ round (members take their blocks one by one, preempting by recompute); with
 :meth:`~orcasim.policies.kv_runs.KVDecodeRuns.decode_run` would offer (down
 to one step), and its effects are those of the policy's ``complete_run``,
 bit for bit (``tests/test_kv_loop.py`` compares the loop, the policy's runs
-and step-by-step simulation).
+and step-by-step simulation). Requests of the backlog join as workload rows
+(:mod:`~orcasim.policies.kv_loop_admit`) and become requests when preempted
+or when the loop hands a boundary back.
 """
 
 from __future__ import annotations
@@ -25,15 +27,21 @@ from orcasim.errors import SimulationError
 from orcasim.metrics.kv_series import BUFFER as KV_BUFFER
 from orcasim.metrics.request_rows import DONE_BLOCK
 from orcasim.policies.decode_loop import FcfsDecodeLoop
-from orcasim.request import RequestState
+from orcasim.policies.kv_loop_admit import KVLoopAdmission
+from orcasim.policies.kv_preempt import KVPreemption, row_request
+from orcasim.request import Request, RequestState
 
 if TYPE_CHECKING:
     from orcasim.engine import Engine
 
 FINISHED = RequestState.FINISHED
+#: the preemption that takes rows (a replacement would see requests only)
+RECOMPUTE_NEWEST = KVPreemption._recompute_newest
+#: stands for a member that left the batch in a stale entry of its finish heap
+GONE = Request(-1, 0.0, 0, 0)
 
 
-class KVDecodeLoop(FcfsDecodeLoop):
+class KVDecodeLoop(KVLoopAdmission, FcfsDecodeLoop):
     """Whole runs of a first-come-first-served decode batch in a paged pool (see the module)."""
 
     #: off: the engine takes every run through the policy's and recorder's methods
@@ -48,9 +56,26 @@ class KVDecodeLoop(FcfsDecodeLoop):
         self.source = ctx.source  # type: ignore[assignment]
         self.rec = ctx.recorder
         self._coef = {}
-        self.light = False  # members are requests: the pool counts blocks by request id
         self.kv: Any = policy.kv  # type: ignore[attr-defined]
         self.growth: Any = policy.growth  # type: ignore[attr-defined]
+        src = self.source
+        #: requests join as workload rows (see advance), where a preemption by recompute of
+        #: the last admitted (``KVPreemption._recompute_newest``) takes them as rows too
+        self.light = (not src._attrs and policy.victim_rule == "last_admitted"  # type: ignore[attr-defined]
+                      and type(policy)._recompute_newest is RECOMPUTE_NEWEST
+                      and self.rec.set_row_source(src, src._arrival, src._prompt, src._output))
+        kv = self.kv
+        alloc = kv.alloc
+        growth = self.growth
+        batch = self.batch
+        backlog: Any = ctx.waiting
+        self._admit_state = (
+            ctx, policy, batch, batch._heap, batch._members, batch._free_slots, backlog,
+            backlog._head, src, src._arrival, src._prompt, src._output, ctx.slots,
+            ctx.slots.capacity, kv, alloc, alloc.held, alloc._internal, growth, growth.phases,
+            growth._plan, growth._events, growth.bs, alloc.capacity_units,
+            policy.keep_free,  # type: ignore[attr-defined]
+            policy._max_len, policy._admit_counted, self.light)  # type: ignore[attr-defined]
 
     @classmethod
     def applies(cls, engine: Engine) -> bool:
@@ -93,6 +118,33 @@ class KVDecodeLoop(FcfsDecodeLoop):
         return (not kv._getters and kv._freed is None and not policy._swapped
                 and FcfsDecodeLoop.ready(self))
 
+    def advance(self, busy: float) -> tuple[float, float]:
+        """:meth:`FcfsDecodeLoop.advance` with memory; the members that joined here as rows
+        ``[index, first scheduled, first token, slot, finish step]`` (``light``) become
+        requests when it stops (:meth:`_to_requests`), and so does a row preempted in it."""
+        try:
+            return FcfsDecodeLoop.advance(self, busy)
+        finally:
+            if self.light:
+                self._to_requests()
+
+    def _to_requests(self) -> None:
+        """The batch's rows become :class:`~orcasim.request.Request` objects, as the policy's
+        own steps would have them; a row's entry in the batch's finish heap that is stale
+        (the row was preempted, and became a request then) becomes :data:`GONE`'s."""
+        members, heap, src = self.batch._members, self.batch._heap, self.source
+        made: dict[int, Request] = {}  # by the id of the list it replaces
+        for at, (done_at, seq, m) in enumerate(heap):
+            if type(m) is list:
+                if members.get(seq) is m:
+                    made[id(m)] = members[seq] = req = row_request(src, m, seq)
+                    heap[at] = (done_at, seq, req)
+                else:
+                    heap[at] = (done_at, seq, GONE)
+        if made:
+            policy: Any = self.policy
+            policy._joined = [made.get(id(m), m) for m in policy._joined]
+
     def _advance(self, busy: float, runs: list[tuple[float, int, int, int]]
                  ) -> tuple[float, float]:
         """:meth:`FcfsDecodeLoop.advance` with memory: each boundary's round and admission
@@ -109,12 +161,13 @@ class KVDecodeLoop(FcfsDecodeLoop):
         src = self.source
         backlog: Any = ctx.waiting
         head = backlog._head
-        arrival = src._arrival
+        arrival, prompt, output = src._arrival, src._prompt, src._output
         n = src._n
         rec = self.rec
         done = rec._done
         done_row = done.append
         slots = ctx.slots
+        cap = slots.capacity
         max_batch = policy.params.max_batch
         coefs = self._coef
         run_ends = self._run_ends
@@ -136,8 +189,7 @@ class KVDecodeLoop(FcfsDecodeLoop):
         covered = growth.covered
         grow_events = growth._events
         grow_plan = growth._plan
-        leave = growth.leave
-        admit = policy._admit_counted
+        admit_at = self._admit_at
         keep_free = policy.keep_free
         max_len = policy._max_len
         refused_again = policy._refused_again
@@ -170,32 +222,27 @@ class KVDecodeLoop(FcfsDecodeLoop):
                     if (grow_events and grow_events[0][0] <= step) or growth._early:
                         growth.end_round(step)
             policy._blocked = False
-            if (head or backlog._hi > backlog._lo) and slots.count < slots.capacity:
-                # (KVDecodePolicy.ready_plan, KVAdmission.admit_fcfs)
-                miss = policy._miss
-                keep = keep_free if batch.size else 0
-                first = head[0] if head else None  # a request put back (refused, preempted)
-                if first is not None and first is (miss[0] if miss is not None else None):
-                    if refused_again(miss, keep):  # type: ignore[index]
-                        policy._blocked = True  # the head is refused again
-                    elif not admit(slots.capacity - slots.count):
-                        return t0, busy
-                elif first is not None and (max_len is None or max(first.prompt_len, 1)
-                                            + first.output_len <= max_len):
-                    p = first.prompt_len
-                    need = -(-((p if p > 0 else 1) + first.num_output_tokens) // bs)
-                    if need + keep > alloc.num_free_blocks and need <= num_blocks:
-                        policy._blocked = True  # refused for now (try_join)
-                        policy._miss = (first, need, 0, 0)
-                    elif not admit(slots.capacity - slots.count):
-                        return t0, busy
-                elif not admit(slots.capacity - slots.count):
+            if (head or backlog._hi > backlog._lo) and slots.count < cap:
+                if head:  # (KVDecodePolicy.ready_plan, KVAdmission.admit_fcfs)
+                    first = head[0]  # a request put back (refused, preempted)
+                    miss = policy._miss
+                    keep = keep_free if batch.size else 0
+                    if miss is not None and first is miss[0]:
+                        if refused_again(miss, keep):
+                            policy._blocked = True  # the head is refused again
+                    elif max_len is None or max(first.prompt_len, 1) + first.output_len <= max_len:
+                        p = first.prompt_len
+                        need = -(-((p if p > 0 else 1) + first.num_output_tokens) // bs)
+                        if need + keep > alloc.num_free_blocks and need <= num_blocks:
+                            policy._blocked = True  # refused for now (try_join)
+                            policy._miss = (first, need, 0, 0)
+                if not policy._blocked and not admit_at(now, step):
                     return t0, busy  # (something else takes part: the policy's own path)
             size = batch.size
             if not size:
                 return t0, busy
             # how long the batch runs (KVDecodeRuns.decode_run; one step where it offers none)
-            while heap[0][2]._batch_seq != heap[0][1]:  # (DecodeBatch.drop_removed)
+            while members.get(heap[0][1]) is not heap[0][2]:  # (DecodeBatch.drop_removed)
                 heappop(heap)
             max_steps = heap[0][0] - step
             room = False
@@ -233,34 +280,50 @@ class KVDecodeLoop(FcfsDecodeLoop):
             ctx.busy_until = env._now = t
             t0 = now
             busy = run_busy
-            # the run's rounds and memory rows (KVDecodeRuns.complete_run)
+            # the run's rounds and memory rows (KVDecodeRuns.complete_run, DecodeGrowth.run_rounds)
             used = num_blocks - alloc.num_free_blocks
             last = step + steps - 1
-            if steps == 1 or (grow_events and grow_events[0][0] <= last):
-                try:  # (one step: no round; else a member stops growing in the run)
+            if growth._early:
+                try:  # (members that joined before their round ran: the growth's own rounds)
                     allocated, internals = growth.run_rounds(step, steps - 1)
                 except ValueError as err:
                     raise SimulationError(f"a run of decode steps: {err}") from None
-            else:  # (DecodeGrowth.run_rounds: nobody stops growing, the internal slots stay)
+            else:
                 allocated = [used * bs]
-                append = allocated.append
-                for r in range(step + 1, last + 1):
-                    used += len(phases[r % bs])
-                    append(used * bs)
-                if used > num_blocks:  # (covered: never)
-                    raise SimulationError(f"a run of decode steps: rounds {step + 1} to {last} "
-                                          "need more blocks than are free")
-                alloc.num_free_blocks = num_blocks - used
-                growth.last_round = last
-                internals = [alloc.internal_slots] * steps
+                if steps > 1:
+                    append = allocated.append
+                    for r in range(step + 1, last + 1):
+                        used += len(phases[r % bs])
+                        append(used * bs)
+                    if used > num_blocks:  # (covered: never)
+                        raise SimulationError(f"a run of decode steps: rounds {step + 1} to "
+                                              f"{last} need more blocks than are free")
+                    alloc.num_free_blocks = num_blocks - used
+                    growth.last_round = last
+                slots_int = alloc.internal_slots
+                if grow_events and grow_events[0][0] <= last:  # members take their final
+                    internals = []  # blocks (DecodeGrowth.end_round): internal slots from then
+                    at = step
+                    while grow_events and grow_events[0][0] <= last:
+                        r, seq, k = heappop(grow_events)
+                        g = grow_plan.get(k)
+                        if g is not None and g[3] == seq:
+                            internals += [slots_int] * (r - at)
+                            at = r
+                            internal[k] = tail = g[4]
+                            slots_int += tail
+                    internals += [slots_int] * (last + 1 - at)
+                    alloc.internal_slots = slots_int
+                else:
+                    internals = [slots_int] * steps
             peak = allocated[-1]  # (allocated only grows in a run)
             if series is not None:  # (KVPool.observe_run, KVSeries.add_run)
                 if peak > kv.peak_allocated:
                     kv.peak_allocated = peak
                 kv_t1 = series._t1
-                kv_t1.fromlist(ends)
-                series._alloc.fromlist(allocated)
-                series._int.fromlist(internals)
+                kv_t1 += ends
+                series._alloc += allocated
+                series._int += internals
                 series._runs.extend((now, steps, kv_tokens, size, alloc.padding_slots,
                                      kv.num_swap_blocks_used * kv_bs, policy._blocked))
                 if len(kv_t1) >= KV_BUFFER:
@@ -273,7 +336,9 @@ class KVDecodeLoop(FcfsDecodeLoop):
             if joined:
                 t_first = ends[0]
                 for m in joined:
-                    if m.first_token is None:
+                    if type(m) is list:
+                        m[2] = t_first
+                    elif m.first_token is None:
                         m.first_token = t_first
                     else:  # resumed after a preemption: its own gap
                         rec.record_itl(t_first - m.last_token)
@@ -287,21 +352,30 @@ class KVDecodeLoop(FcfsDecodeLoop):
             left = size
             while heap and heap[0][0] == step:
                 _, seq, m = heappop(heap)
-                if m._batch_seq != seq:  # removed earlier
+                if members.pop(seq, None) is None:  # removed earlier
                     continue
-                m.num_output_tokens = out = m.output_len
-                del members[seq]
-                m._batch_seq = -1
-                kv_left -= m.prompt_len + out
-                heappush(free_slots, m.slot)
-                m.slot = -1
-                rid = m.id
-                if rid in grow_plan:  # still growing (DecodeGrowth.leave)
-                    leave(m)
-                alloc.internal_slots -= internal.pop(rid, 0)  # (KVPool.release)
-                alloc.num_free_blocks += held.pop(rid)
-                m.state = FINISHED
-                m.finish = m.last_token = t
+                if type(m) is list:  # (the row: index, first scheduled, first token, finish)
+                    k = m[0]
+                    kv_left -= prompt[k] + output[k]
+                    heappush(free_slots, m[3])
+                    m[3] = t
+                else:
+                    m.num_output_tokens = out = m.output_len
+                    m._batch_seq = -1
+                    kv_left -= m.prompt_len + out
+                    heappush(free_slots, m.slot)
+                    m.slot = -1
+                    m.state = FINISHED
+                    m.finish = m.last_token = t
+                    k = m.id
+                alloc.internal_slots -= internal.pop(k, 0)  # (KVPool.release)
+                g = grow_plan.pop(k, None)
+                if g is None:
+                    alloc.num_free_blocks += held.pop(k)
+                else:  # it grew (DecodeGrowth.leave), to its final block before its last step
+                    phases[g[1] % bs].pop(g[3], None)
+                    del held[k]
+                    alloc.num_free_blocks += g[0] + g[2]
                 done_row(m)
                 left -= 1
             if left != size:

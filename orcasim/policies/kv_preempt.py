@@ -17,8 +17,25 @@ from typing import TYPE_CHECKING, Any
 
 from orcasim.batch import DecodeBatch
 from orcasim.errors import SimulationError
-from orcasim.request import Request
+from orcasim.request import Request, RequestState
 from orcasim.sched.decode_growth import DecodeGrowth
+
+RUNNING = RequestState.RUNNING
+
+
+def row_request(src: Any, row: list, seq: int) -> Request:
+    """The running request of the batch member ``seq`` held as a workload row ``[index,
+    first scheduled, first token, slot, finish step]`` (see
+    :class:`~orcasim.policies.kv_loop.KVDecodeLoop`), made by the lazy source ``src``."""
+    k, first_scheduled, first_token, slot, done_at = row
+    req = src._request(k, src._arrival[k])
+    req.state = RUNNING
+    req.first_scheduled = first_scheduled
+    req.first_token = first_token
+    req._batch_seq = seq
+    req._done_at = done_at
+    req.slot = slot
+    return req
 
 
 class KVPreemption:
@@ -34,12 +51,14 @@ class KVPreemption:
     _blocked: bool
     _swapped: deque[Request]
     _swapped_in: list[Request]
+    #: the waiting queue and :meth:`_recompute_newest`'s preemption for it
+    _newest: tuple[Any, Callable[[], int]] | None = None
 
     if TYPE_CHECKING:  # the policy's
         def room(self) -> int: ...
         def join(self, req: Request) -> None: ...
 
-    def _grow_exact(self, due: dict[int, Request]) -> float:
+    def _grow_exact(self, due: dict[int, int]) -> float:
         """Give the due members their next block one by one, preempting as needed.
 
         Returns the seconds of swapping the preemptions cost.
@@ -48,24 +67,28 @@ class KVPreemption:
         assert growth is not None
         step = self.batch.num_steps
         if not self.swap and self.victim_rule == "last_admitted":
-            growth.grow_due(due, self._recompute_newest())
+            made = self._newest  # (made once for the queue it puts victims back into)
+            waiting = self.ctx.waiting
+            if made is None or made[0] is not waiting:
+                made = self._newest = (waiting, self._recompute_newest())
+            growth.grow_due(due, made[1])
             growth.end_round(step)
             return 0.0
         secs = 0.0
         victim_of = self._victim
         preempt = self._preempt
 
-        def take() -> Request:
+        def take() -> int:
             nonlocal secs
             victim = victim_of()
             secs += preempt(victim)
-            return victim
+            return victim.id
 
         growth.grow_due(due, take)
         growth.end_round(step)
         return secs
 
-    def _recompute_newest(self) -> Callable[[], Request]:
+    def _recompute_newest(self) -> Callable[[], int]:
         """What preempts for :meth:`_grow_exact` with the defaults (the last admitted, by
         recompute): :meth:`_victim` and :meth:`_preempt`, with the batch's ``remove`` and the
         pool's ``release`` done in place."""
@@ -82,13 +105,17 @@ class KVPreemption:
         released = kv._released
         requeue = ctx.waiting.appendleft
 
-        def take() -> Request:
-            victim = members[next(reversed(members))]  # (DecodeBatch.newest)
-            leave(victim)
+        def take() -> int:
+            seq = next(reversed(members))
+            victim = members[seq]  # (DecodeBatch.newest)
+            if type(victim) is list:  # a workload row (KVDecodeLoop): it becomes a request
+                victim = row_request(ctx.source, victim, seq)
+            rid = victim.id
+            leave(rid)
             # (DecodeBatch.remove) its generated tokens written back, its slot freed
             victim.num_output_tokens = out = victim.output_len - (victim._done_at
                                                                   - batch.num_steps)
-            del members[victim._batch_seq]
+            del members[seq]
             batch.size -= 1
             victim._batch_seq = -1
             batch.num_kv_tokens -= victim.prompt_len + out
@@ -98,12 +125,11 @@ class KVPreemption:
             # it loses the KV of its prompt and of every generated token but the newest
             p = victim.prompt_len
             preempted(victim, "kv_full", recompute=(p if p > 0 else 1) + out - 1)
-            rid = victim.id  # (KVPool.release)
             alloc.internal_slots -= internal.pop(rid, 0)
             alloc.num_free_blocks += held.pop(rid)
             released()
             requeue(victim)
-            return victim
+            return rid
 
         return take
 
@@ -133,7 +159,7 @@ class KVPreemption:
         kv = self.kv
         assert kv is not None
         if self.growth is not None:
-            self.growth.leave(victim)
+            self.growth.leave(victim.id)
         self.batch.remove(victim)
         victim.last_token = ctx.last_step_end  # it emitted a token in the last step
         if self.swap:

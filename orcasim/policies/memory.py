@@ -226,7 +226,7 @@ class KVDecodePolicy(KVAdmission, KVPreemption, KVDecodeRuns, DecodeOnlyPolicy):
             return
         leave = growth.leave
         for req in reqs:
-            leave(req)
+            leave(req.id)
             release(req)
             finish(req, t_end)
 
@@ -240,7 +240,7 @@ class KVDecodePolicy(KVAdmission, KVPreemption, KVDecodeRuns, DecodeOnlyPolicy):
             kv.discard_swapped(req)
             return None
         if self.growth is not None:
-            self.growth.leave(req)
+            self.growth.leave(req.id)
         DecodeOnlyPolicy.drop(self, req)
         kv.release(req)
         return None

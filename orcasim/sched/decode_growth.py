@@ -9,11 +9,17 @@ block_size`` that have started and not finished growing take one block each.
 When the pool has that many free blocks, the whole step's growth is one
 subtraction (:meth:`DecodeGrowth.round`); only when it does not does the
 caller walk the members, in the order they joined, preempting as needed.
-Each member costs one heap event (the end of its growth), not one per block.
+Each member costs one heap event (the end of its growth: its final block's
+unused tail becomes internal fragmentation), not one per block. A member
+stays in its phase until it leaves: its phase's next round after its last
+block comes at or after the step it finishes in, when it has left.
+Members are known by request id (a lazy source's workload index) and batch
+sequence number, never as objects, so a member may be a request or a
+workload row (:class:`~orcasim.policies.kv_loop.KVDecodeLoop`).
 
 The allocator's per-request block counts are brought up to date when a
-member stops growing or leaves (:meth:`DecodeGrowth.leave`, before its
-memory is released or swapped). Pure data structure: no SimPy.
+member leaves (:meth:`DecodeGrowth.leave`, before its memory is released or
+swapped). Pure data structure: no SimPy.
 """
 
 from __future__ import annotations
@@ -32,16 +38,18 @@ class DecodeGrowth:
         self.alloc = alloc
         self.bs = bs = alloc.block_size
         self._num_blocks = alloc.layout.num_blocks
-        self.phases: list[dict[int, Request]] = [{} for _ in range(bs)]
-        self._events: list[tuple[int, int, Request]] = []  # (last growth step, seq, request)
+        # by phase: batch seq -> request id of the members growing then
+        self.phases: list[dict[int, int]] = [{} for _ in range(bs)]
+        self._events: list[tuple[int, int, int]] = []  # (last growth step, seq, request id)
         # request id -> (blocks at joining, first growth step, growths in all, batch seq,
-        # the unused tail of its final block)
+        # the unused tail of its final block); a member's entry until it leaves (an event or
+        # a phase entry whose seq differs is stale: it left, and may have joined again)
         self._plan: dict[int, tuple[int, int, int, int, int]] = {}
         self.last_round = -1
         # members of this round's phase still waiting for their block (exact path only)
         self._pending: set[int] = set()
         # members that joined at a step whose round has not run yet (added after it)
-        self._early: list[tuple[int, int, Request]] = []  # (phase, seq, request)
+        self._early: list[tuple[int, int, int]] = []  # (phase, seq, request id)
 
     def join(self, req: Request, step: int, known: int) -> None:
         """``req`` joined at batch step ``step`` with ``known`` tokens and its blocks allocated.
@@ -52,7 +60,8 @@ class DecodeGrowth:
         (:meth:`~orcasim.policies.kv_admit.KVAdmission._admit_counted` does the same inline.)
         """
         bs = self.bs
-        held = self.alloc.held[req.id]
+        rid = req.id
+        held = self.alloc.held[rid]
         slots = held * bs
         final = max(req.prompt_len, 1) + req.output_len - 1  # known tokens at its last step
         if slots >= final:
@@ -60,17 +69,17 @@ class DecodeGrowth:
         first = step + slots + 1 - known  # in (step, step + bs]: no earlier step has its phase
         growths = -(-(final - slots) // bs)
         seq = req._batch_seq
-        self._plan[req.id] = (held, first, growths, seq, slots + growths * bs - final)
+        self._plan[rid] = (held, first, growths, seq, slots + growths * bs - final)
         if step > self.last_round:
-            self._early.append((first % bs, seq, req))
+            self._early.append((first % bs, seq, rid))
         else:
-            self.phases[first % bs][seq] = req
-        heapq.heappush(self._events, (first + bs * (growths - 1), seq, req))
+            self.phases[first % bs][seq] = rid
+        heapq.heappush(self._events, (first + bs * (growths - 1), seq, rid))
 
-    def round(self, step: int) -> dict[int, Request] | None:
+    def round(self, step: int) -> dict[int, int] | None:
         """All of ``step``'s growth when the free blocks cover it; else the members due.
 
-        On None the round is done; on a dict (request seq -> request) the
+        On None the round is done; on a dict (batch seq -> request id) the
         caller gives each member its block with :meth:`grow_due`, preempting
         as needed, and then calls
         :meth:`end_round`. A second round at the same step does nothing.
@@ -94,9 +103,8 @@ class DecodeGrowth:
         """How many of the rounds ``step + 1``, ``step + 2``, ... (``limit`` at most) the free
         blocks cover if nobody joins or leaves: a run of decode steps takes them one by one.
 
-        Counts every member of a round's phase, also one whose growth ends
-        before that round, so the answer may be short, never long. O(1) while
-        the free blocks cover every growing member's growth over the window.
+        O(1) while the free blocks cover a block per member and round of its phase
+        over the window.
         """
         free = self.alloc.num_free_blocks
         bs = self.bs
@@ -140,7 +148,6 @@ class DecodeGrowth:
             for s in range(step + 1, last + 1):
                 used += len(phases[s % bs])
                 if s >= stop:
-                    alloc.num_free_blocks = num_blocks - used
                     self.end_round(s)
                     stop = ev[0][0] if ev else last + 1
                     internal = alloc.internal_slots
@@ -153,50 +160,55 @@ class DecodeGrowth:
             self.last_round = last
         return allocated, internals
 
-    def grow_due(self, due: dict[int, Request], preempt: Callable[[], Request]) -> None:
+    def grow_due(self, due: dict[int, int], preempt: Callable[[], int]) -> None:
         """The exact path of a round that :meth:`round` left to the caller: each due member,
         in the order they joined, takes a free block; while none is free, ``preempt()``
         takes a victim out of the batch (through :meth:`leave`, freeing its blocks) and
-        returns it, and a member that is itself the victim takes none. The caller then
-        calls :meth:`end_round`."""
+        returns its request id, and a member that is itself the victim takes none. The
+        caller then calls :meth:`end_round`."""
         alloc = self.alloc
+        plan = self._plan
         pending = self._pending = set(due)
-        for seq, req in sorted(due.items()):
-            if req._batch_seq != seq:  # preempted earlier in this round
+        for seq, rid in sorted(due.items()):
+            p = plan.get(rid)
+            if p is None or p[3] != seq:  # preempted earlier in this round
                 continue
             while not alloc.num_free_blocks:
-                if preempt() is req:
+                if preempt() == rid:
                     break
             else:
                 alloc.num_free_blocks -= 1
                 pending.discard(seq)
 
     def end_round(self, step: int) -> None:
-        """After ``step``'s growth: members whose last block that was stop growing."""
+        """After ``step``'s growth: members whose last block that was hold their final
+        block (its unused tail counts as internal fragmentation from this step on)."""
         if self._pending:
             self._pending = set()
+        plan = self._plan
         if self._early:
-            for phase, seq, req in self._early:
-                if req._batch_seq == seq:  # still in the batch
-                    self.phases[phase][seq] = req
+            for phase, seq, rid in self._early:
+                p = plan.get(rid)
+                if p is not None and p[3] == seq:  # still in the batch
+                    self.phases[phase][seq] = rid
             self._early = []
         ev = self._events
         while ev and ev[0][0] <= step:
-            _, seq, req = heapq.heappop(ev)
-            if req._batch_seq == seq:
-                self._stop(req)
+            _, seq, rid = heapq.heappop(ev)
+            p = plan.get(rid)
+            if p is not None and p[3] == seq:
+                self._stop(rid)
 
-    def _stop(self, req: Request) -> None:
-        held, first, growths, seq, tail = self._plan.pop(req.id)
-        self.phases[first % self.bs].pop(seq, None)
+    def _stop(self, rid: int) -> None:
+        tail = self._plan[rid][4]
         alloc = self.alloc
-        alloc.held[req.id] = held + growths
-        alloc._internal[req.id] = tail  # its final block: as PagedAllocator._note_final
+        alloc._internal[rid] = tail  # its final block: as PagedAllocator._note_final
         alloc.internal_slots += tail
 
-    def leave(self, req: Request) -> None:
-        """``req`` leaves the batch: write its block count back to the allocator."""
-        plan = self._plan.pop(req.id, None)
+    def leave(self, rid: int) -> None:
+        """The member with request id ``rid`` leaves the batch: write its block count back
+        to the allocator."""
+        plan = self._plan.pop(rid, None)
         if plan is None:
             return
         held, first, growths, seq, _ = plan
@@ -206,4 +218,4 @@ class DecodeGrowth:
         if seq in self._pending:
             self._pending.discard(seq)
             done -= 1  # due this round, preempted before it got its block
-        self.alloc.held[req.id] = held + done
+        self.alloc.held[rid] = held + done
