@@ -386,14 +386,7 @@ class FcfsDecodeLoop:
         made: dict[int, Request] = {}  # by the id of the list it replaces
         for at, (done_at, seq, m) in enumerate(heap):
             if type(m) is list and members.get(seq) is m:
-                k, first_scheduled, first_token, slot = m
-                req = src._request(k, src._arrival[k])
-                req.state = RUNNING
-                req.first_scheduled = first_scheduled
-                req.first_token = first_token
-                req._batch_seq = seq
-                req._done_at = done_at
-                req.slot = slot
+                req = src.running_request(*m, seq, done_at)
                 made[id(m)] = members[seq] = req
                 heap[at] = (done_at, seq, req)
         if made:

@@ -17,10 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from orcasim.batch import DecodeBatch
 from orcasim.errors import SimulationError
-from orcasim.request import Request, RequestState
+from orcasim.request import Request
 from orcasim.sched.decode_growth import DecodeGrowth
-
-RUNNING = RequestState.RUNNING
 
 
 def row_request(src: Any, row: list, seq: int) -> Request:
@@ -28,14 +26,7 @@ def row_request(src: Any, row: list, seq: int) -> Request:
     first scheduled, first token, slot, finish step]`` (see
     :class:`~orcasim.policies.kv_loop.KVDecodeLoop`), made by the lazy source ``src``."""
     k, first_scheduled, first_token, slot, done_at = row
-    req = src._request(k, src._arrival[k])
-    req.state = RUNNING
-    req.first_scheduled = first_scheduled
-    req.first_token = first_token
-    req._batch_seq = seq
-    req._done_at = done_at
-    req.slot = slot
-    return req
+    return src.running_request(k, first_scheduled, first_token, slot, seq, done_at)
 
 
 class KVPreemption:
