@@ -1,0 +1,166 @@
+"""Steps and runs of a token-level policy, one boundary after another, in one loop.
+
+At every step boundary the engine asks a :class:`~orcasim.policies.common.BatchPolicy`
+for its plan, times it, asks whether the batch then runs unchanged
+(``decode_run``), moves the clock to the step's or run's end when nothing
+else is due in SimPy's queue before it, lets the policy apply the effects and
+records the steps. Without memory limits, on a lazy open-loop source,
+:class:`TokenRunLoop` does the same boundary after boundary in one frame,
+calling the same policy methods in the same order, and gives the boundary
+back to the engine when something else is due: before the boundary (the
+engine lets it happen first), or before the end of the step or run just
+planned (the engine waits for it). A plan made here and not run here is
+the one the engine runs next (the policy's ``ready_plan`` gives it), so the
+policy decides each boundary once. The results are those of the engine's
+own path, bit for bit.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+from orcasim.plan import StepPlan
+from orcasim.source import OpenLoopSource
+
+if TYPE_CHECKING:
+    from orcasim.engine import Engine
+
+
+class TokenRunLoop:
+    """Boundaries of a token-level policy without memory limits, in one frame (see the
+    module)."""
+
+    #: off: the engine takes every boundary itself
+    enabled = True
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.env = engine.env
+        self.ctx = engine.ctx
+        self.policy: Any = engine.policy
+        #: a plan this loop made and handed back: the engine's next plan
+        self.plan: StepPlan | None = None
+        self._own_ready = self.policy.ready_plan
+        self.policy.ready_plan = self.ready_plan
+        #: by batch size: whether a run's plan may be charged by its aggregates (see advance)
+        self._by_size: dict[int, bool] = {}
+
+    @classmethod
+    def applies(cls, engine: Engine) -> bool:
+        """Whether ``engine`` may take its boundaries through this loop: a
+        :class:`~orcasim.policies.common.BatchPolicy` with runs, a plan without a generator
+        and no memory limit or processes, fed by a lazy open-loop source, with fast paths
+        on, no step trace, no lockstep group, in a plain SimPy environment."""
+        from orcasim.policies.common import BatchPolicy
+
+        policy: Any = engine.policy
+        ctx = engine.ctx
+        return (cls.enabled and engine.fast_paths and isinstance(policy, BatchPolicy)
+                and policy.mem is None and policy._runs and not policy.event_driven
+                and policy.ready_plan is not None and policy.decode_run is not None
+                and not ctx.recorder.trace_steps and engine.group is None
+                and type(engine.env) is simpy.Environment
+                and type(ctx.source) is OpenLoopSource and ctx.source.lazy)
+
+    def ready_plan(self) -> StepPlan | None:
+        """The plan handed back by :meth:`advance`, else the policy's own ``ready_plan``."""
+        plan = self.plan
+        if plan is not None:
+            self.plan = None
+            return plan
+        return self._own_ready()  # type: ignore[no-any-return]
+
+    def ready(self) -> bool:
+        """Whether the engine would offer runs at a boundary now (no admission gate, step-end
+        listener or clients; the open-loop source), and no plan is handed back."""
+        ctx = self.ctx
+        return (self.plan is None and ctx.gate is None and ctx._step_end is None
+                and ctx.clients is None and type(ctx.source) is OpenLoopSource)
+
+    def advance(self, busy: float) -> tuple[float, float]:
+        """Take boundaries from the clock's time while nothing else is due.
+
+        Each boundary: the policy's plan, its step time, ``decode_run``; then,
+        if nothing in SimPy's queue is due by the step's or run's end, the
+        clock moves there, the policy takes the effects (``complete_run`` or
+        ``complete_step``) and the recorder the steps, as in
+        :meth:`Engine.run <orcasim.engine.Engine.run>`. Stops at a boundary
+        where something is due now, where the policy has no plan, or where
+        something is due before the planned step or run ends (that plan is
+        handed back). Returns the start of the last step made (-1.0: none)
+        and the engine's busy time.
+        """
+        env = self.env
+        queue = env._queue
+        ctx = self.ctx
+        policy = self.policy
+        engine = self.engine
+        latency = engine.latency
+        step_time = latency.step_time
+        by_aggregates = latency.decode_by_aggregates
+        by_size = self._by_size
+        own_ready = self._own_ready
+        decode_run = policy.decode_run
+        complete_run = policy.complete_run
+        complete_step = policy.complete_step
+        run_ends = engine._run_ends
+        src: Any = ctx.source
+        queued_by = src.queued_by
+        waiting = ctx.waiting
+        rec = ctx.recorder
+        record_run = rec.record_run
+        record_step = rec.record_step
+        t0 = -1.0
+        while not queue or queue[0][0] > env._now:
+            plan = own_ready()
+            if plan is None:
+                break
+            dt = step_time(plan)
+            if plan.num_seqs == 0 or not dt > 0.0:
+                self.plan = plan  # (the engine counts it, or reports the step time)
+                break
+            dt += plan.swap_time
+            now = env._now
+            num_waiting = len(waiting)
+            run = decode_run(plan)
+            if run is not None and plan.scheduled is not None and not by_aggregates:
+                size = run[0]
+                ok = by_size.get(size)
+                if ok is None:
+                    ok = by_size[size] = latency.decode_coefficients(size) is not None
+                if not ok:
+                    run = None  # the model may read the listed requests: step by step
+            if run is not None:
+                if len(run) > 4:  # chained runs: the engine's way
+                    self.plan = plan
+                    break
+                ends, run_busy = run_ends(now, dt, busy, run)
+                t1 = ends[-1]
+                if queue and queue[0][0] <= t1:  # something else is due first: the engine
+                    self.plan = plan  # waits for the run's end
+                    break
+                waits = queued_by(num_waiting, ends)
+                ctx.busy_until = t1
+                env._now = t1
+                complete_run(plan, ends)
+                ctx.last_step_end = t1
+                record_run(now, ends, plan.num_seqs, (plan.num_tokens, run[0]), waits,
+                           (plan.num_itl_tokens, run[0]))
+                busy = run_busy
+            else:
+                t1 = now + dt
+                if queue and queue[0][0] <= t1:
+                    self.plan = plan
+                    break
+                ctx.busy_until = t1
+                env._now = t1
+                busy += dt
+                complete_step(plan, now, t1)
+                ctx.last_step_end = t1
+                record_step(now, t1, plan.num_seqs, plan.num_tokens, num_waiting,
+                            plan.num_itl_tokens)
+            engine.busy_time = busy
+            t0 = now
+        return t0, busy
