@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
+from orcasim.metrics.recorder import Recorder
 from orcasim.plan import StepPlan
 from orcasim.source import OpenLoopSource
 
@@ -46,6 +47,9 @@ class TokenRunLoop:
         self.policy.ready_plan = self.ready_plan
         #: by batch size: whether a run's plan may be charged by its aggregates (see advance)
         self._by_size: dict[int, bool] = {}
+        #: by batch size: a decode step's ``(a, c)`` (``a + c * kv``, ``a > 0``), or ``()``
+        #: for a model that times it otherwise (then ``Engine._run_ends``)
+        self._linear: dict[int, tuple[float, float] | tuple[()]] = {}
 
     @classmethod
     def applies(cls, engine: Engine) -> bool:
@@ -86,11 +90,13 @@ class TokenRunLoop:
         if nothing in SimPy's queue is due by the step's or run's end, the
         clock moves there, the policy takes the effects (``complete_run`` or
         ``complete_step``) and the recorder the steps, as in
-        :meth:`Engine.run <orcasim.engine.Engine.run>`. Stops at a boundary
-        where something is due now, where the policy has no plan, or where
-        something is due before the planned step or run ends (that plan is
-        handed back). Returns the start of the last step made (-1.0: none)
-        and the engine's busy time.
+        :meth:`Engine.run <orcasim.engine.Engine.run>`. A run's step ends
+        (``Engine._run_ends`` for a linear model), its queue lengths
+        (``OpenLoopSource.queued_by``) and its row (``Recorder.record_run``)
+        are made here. Stops at a boundary where something is due now, where
+        the policy has no plan, or where something is due before the planned
+        step or run ends (that plan is handed back). Returns the start of the
+        last step made (-1.0: none) and the engine's busy time.
         """
         env = self.env
         queue = env._queue
@@ -101,17 +107,22 @@ class TokenRunLoop:
         step_time = latency.step_time
         by_aggregates = latency.decode_by_aggregates
         by_size = self._by_size
+        linear = self._linear
         own_ready = self._own_ready
         decode_run = policy.decode_run
         complete_run = policy.complete_run
         complete_step = policy.complete_step
         run_ends = engine._run_ends
         src: Any = ctx.source
-        queued_by = src.queued_by
+        arrival, n = src._arrival, src._n
         waiting = ctx.waiting
         rec = ctx.recorder
+        plain = "record_run" not in rec.__dict__ and type(rec).record_run is Recorder.record_run
         record_run = rec.record_run
         record_step = rec.record_step
+        t1_col, waiting_col, buf_cap = rec._t1, rec._waiting, rec._buf_cap
+        r_start, r_len, r_seqs, r_tokens, r_tokens_rest, r_count, r_count_rest = rec._r_appends
+        inf = float("inf")
         t0 = -1.0
         while not queue or queue[0][0] > env._now:
             plan = own_ready()
@@ -136,18 +147,68 @@ class TokenRunLoop:
                 if len(run) > 4:  # chained runs: the engine's way
                     self.plan = plan
                     break
-                ends, run_busy = run_ends(now, dt, busy, run)
-                t1 = ends[-1]
+                # the run's step ends (Engine._run_ends)
+                size, kv, max_steps, room = run
+                t1 = now + dt
+                run_busy = busy + dt
+                ends = [t1]
+                if max_steps > 1:
+                    j = src._next
+                    limit = arrival[j] if room and j < n else inf
+                    if t1 < limit:
+                        coef = linear.get(size)
+                        if coef is None:
+                            c = latency.decode_coefficients(size)
+                            coef = linear[size] = c if c is not None and c[0] > 0.0 else ()
+                        if coef:
+                            a, c = coef
+                            append = ends.append
+                            for _ in range(max_steps - 1):
+                                d = a + c * kv
+                                t1 += d
+                                run_busy += d
+                                append(t1)
+                                if t1 >= limit:
+                                    break
+                                kv += size
+                        else:
+                            ends, run_busy = run_ends(now, dt, busy, run)
+                            t1 = ends[-1]
                 if queue and queue[0][0] <= t1:  # something else is due first: the engine
                     self.plan = plan  # waits for the run's end
                     break
-                waits = queued_by(num_waiting, ends)
+                # the queue's length at each step's start (OpenLoopSource.queued_by)
+                steps = len(ends)
+                j = src._next
+                if steps > 1 and j < n and arrival[j] <= ends[-2]:
+                    w = num_waiting
+                    waits = [w]
+                    for e in ends[:-1]:
+                        while j < n and arrival[j] <= e:
+                            j += 1
+                            w += 1
+                        waits.append(w)
+                else:
+                    waits = [num_waiting] * steps
                 ctx.busy_until = t1
                 env._now = t1
                 complete_run(plan, ends)
                 ctx.last_step_end = t1
-                record_run(now, ends, plan.num_seqs, (plan.num_tokens, run[0]), waits,
-                           (plan.num_itl_tokens, run[0]))
+                if plain:  # (Recorder.record_run)
+                    t1_col.fromlist(ends)
+                    waiting_col.fromlist(waits)
+                    r_start(now)
+                    r_len(steps)
+                    r_seqs(plan.num_seqs)
+                    r_tokens(plan.num_prefill_tokens + plan.num_decode_tokens)
+                    r_tokens_rest(size)
+                    r_count(plan.num_itl_tokens)
+                    r_count_rest(size)
+                    if len(t1_col) >= buf_cap:
+                        rec._flush()
+                else:
+                    record_run(now, ends, plan.num_seqs, (plan.num_tokens, size), waits,
+                               (plan.num_itl_tokens, size))
                 busy = run_busy
             else:
                 t1 = now + dt
