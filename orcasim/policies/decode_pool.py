@@ -71,11 +71,22 @@ class DecodePool:
         """:meth:`join` each of ``reqs``."""
         members, heap, steps = self.members, self._heap, self.steps
         seq = self._seq
-        for req in reqs:
+        if len(reqs) == 1:  # (the usual case: one joins as one leaves)
+            req = reqs[0]
             members[req] = (steps, seq)
             heapq.heappush(heap, (steps + req.output_len - req.num_output_tokens, seq, req))
             self.kv += req.num_computed_tokens
+            self._seq = seq + 1
+            self.size += 1
+            self.entries.append((req, 1))
+            return
+        kv = self.kv
+        for req in reqs:
+            members[req] = (steps, seq)
+            heapq.heappush(heap, (steps + req.output_len - req.num_output_tokens, seq, req))
+            kv += req.num_computed_tokens
             seq += 1
+        self.kv = kv
         self._seq = seq
         self.size += len(reqs)
         self.entries += zip(reqs, repeat(1))
@@ -122,8 +133,12 @@ class DecodePool:
         """Take out the members that emitted their last token in the latest step, up to date."""
         heap, base, steps = self._heap, self.members, self.steps
         out: list[Request] = []
+        kv = self.kv
+        last = self.last
+        remove = self.entries.remove
+        pop = heapq.heappop
         while heap and heap[0][0] <= steps:
-            done, seq, req = heapq.heappop(heap)
+            done, seq, req = pop(heap)
             b = base.get(req)
             if b is None or b[1] != seq:
                 continue
@@ -134,10 +149,11 @@ class DecodePool:
             if d:
                 req.num_computed_tokens += d
                 req.num_output_tokens += d
-                req.last_token = self.last
-            self.kv -= req.num_computed_tokens
-            self.entries.remove((req, 1))
+                req.last_token = last
+            kv -= req.num_computed_tokens
+            remove((req, 1))
             out.append(req)
+        self.kv = kv
         self.size -= len(out)
         return out
 

@@ -163,14 +163,20 @@ class TokenRunLoop:
                         if coef:
                             a, c = coef
                             append = ends.append
-                            for _ in range(max_steps - 1):
-                                d = a + c * kv
-                                t1 += d
-                                run_busy += d
-                                append(t1)
-                                if t1 >= limit:
-                                    break
-                                kv += size
+                            if limit == inf:  # every step up to the first finish
+                                for x in range(kv, kv + size * (max_steps - 1), size):
+                                    d = a + c * x
+                                    t1 += d
+                                    run_busy += d
+                                    append(t1)
+                            else:
+                                for x in range(kv, kv + size * (max_steps - 1), size):
+                                    d = a + c * x
+                                    t1 += d
+                                    run_busy += d
+                                    append(t1)
+                                    if t1 >= limit:
+                                        break
                         else:
                             ends, run_busy = run_ends(now, dt, busy, run)
                             t1 = ends[-1]
