@@ -17,16 +17,25 @@ own path, bit for bit.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import simpy
 
 from orcasim.metrics.recorder import Recorder
 from orcasim.plan import StepPlan
+from orcasim.policies.common import BatchPolicy
+from orcasim.policies.pooled import PooledPlans, pool_contexts
 from orcasim.source import OpenLoopSource
 
 if TYPE_CHECKING:
     from orcasim.engine import Engine
+
+
+#: the plain step rule's methods, as defined (a policy, or a test, that replaces one of them
+#: plans its own way: then the loop asks the policy)
+PLAIN_RULE = (BatchPolicy.ready_plan, BatchPolicy.schedule, BatchPolicy.schedule_running,
+              PooledPlans.make_plan)
 
 
 class TokenRunLoop:
@@ -45,6 +54,8 @@ class TokenRunLoop:
         self.plan: StepPlan | None = None
         self._own_ready = self.policy.ready_plan
         self.policy.ready_plan = self.ready_plan
+        #: the policy's plan right after a run, made here (see _after_run), or None
+        self._fused = self._after_run if self._plain_rule(self.policy) else None
         #: by batch size: whether a run's plan may be charged by its aggregates (see advance)
         self._by_size: dict[int, bool] = {}
         #: by batch size: a decode step's ``(a, c)`` (``a + c * kv``, ``a > 0``), or ``()``
@@ -57,8 +68,6 @@ class TokenRunLoop:
         :class:`~orcasim.policies.common.BatchPolicy` with runs, a plan without a generator
         and no memory limit or processes, fed by a lazy open-loop source, with fast paths
         on, no step trace, no lockstep group, in a plain SimPy environment."""
-        from orcasim.policies.common import BatchPolicy
-
         policy: Any = engine.policy
         ctx = engine.ctx
         return (cls.enabled and engine.fast_paths and isinstance(policy, BatchPolicy)
@@ -67,6 +76,70 @@ class TokenRunLoop:
                 and not ctx.recorder.trace_steps and engine.group is None
                 and type(engine.env) is simpy.Environment
                 and type(ctx.source) is OpenLoopSource and ctx.source.lazy)
+
+    @staticmethod
+    def _plain_rule(policy: Any) -> bool:
+        """Whether ``policy`` plans a step by the plain step rule of
+        :class:`~orcasim.policies.common.BatchPolicy` (its schedule, running requests' tokens
+        and plan), which :meth:`_after_run` follows."""
+        kind = type(policy)
+        return (kind.ready_plan is PLAIN_RULE[0] and kind.schedule is PLAIN_RULE[1]
+                and kind.schedule_running is PLAIN_RULE[2] and kind.make_plan is PLAIN_RULE[3]
+                and policy.pool is not None)
+
+    def _after_run(self) -> StepPlan | None:
+        """``BatchPolicy.ready_plan`` at a boundary right after a run, when every running
+        request decodes (the policy's ``decoding`` says so): the arrivals due, the running
+        requests' decode entries, the admissions (``admit_waiting``), and the plan from the
+        run's notes (``PooledPlans.make_plan``), with the same effects. ``None`` (having done
+        no more than take the arrivals due): not such a boundary."""
+        policy = self.policy
+        running = policy.running
+        decoding = policy.decoding
+        if decoding is None or decoding[0] is not running:
+            return None
+        p = decoding[1]
+        budget = policy._budget
+        if not 0 < p == len(running) <= budget:
+            return None
+        src: Any = self.ctx.source  # (ctx.poll_arrivals)
+        now = self.env._now
+        i = src._next
+        if i < src._n and src._arrival[i] <= now:
+            src.flush(now)
+        policy._preempted_for_memory = False  # (BatchPolicy.schedule, schedule_running)
+        pool = policy.pool
+        scheduled = pool.entries.copy() if policy._fifo else policy.decode_entries()
+        policy.decoding = None
+        kv, left = decoding[2], decoding[3]
+        policy._decodes = hint = (scheduled, p, kv, left)
+        policy.admit_waiting(scheduled, budget - p)
+        if policy._decodes is not hint:  # (a preemption changed the batch)
+            if not scheduled:
+                return None  # (as ready_plan: the engine's next_step schedules again)
+            return policy.planned(policy.make_plan(scheduled))  # type: ignore[no-any-return]
+        policy._decodes = None  # (PooledPlans.make_plan from the notes: p entries decode)
+        rest = scheduled[p:]
+        decode = p
+        prefill = 0
+        for req, n in rest:
+            c = req.num_computed_tokens
+            kv += c
+            out = req.num_output_tokens
+            known = (req.prompt_len or 1) + out
+            if n == 1 and out > 0 and c == known - 1:
+                decode += 1
+            else:
+                prefill += n
+                if c + n < known:
+                    left = 0
+            if req.output_len - out < left:
+                left = req.output_len - out
+        plan = StepPlan(len(scheduled), kv, prefill, decode, scheduled,
+                        partial(pool_contexts, pool, scheduled))
+        policy._left = (plan, left)
+        policy._pooled = (plan, p, rest)
+        return policy.planned(plan)  # type: ignore[no-any-return]
 
     def ready_plan(self) -> StepPlan | None:
         """The plan handed back by :meth:`advance`, else the policy's own ``ready_plan``."""
@@ -124,10 +197,13 @@ class TokenRunLoop:
         r_start, r_len, r_seqs, r_tokens, r_tokens_rest, r_count, r_count_rest = rec._r_appends
         inf = float("inf")
         t0 = -1.0
+        fused = self._fused
         while not queue or queue[0][0] > env._now:
-            plan = own_ready()
+            plan = fused() if fused is not None else None
             if plan is None:
-                break
+                plan = own_ready()
+                if plan is None:
+                    break
             dt = step_time(plan)
             if plan.num_seqs == 0 or not dt > 0.0:
                 self.plan = plan  # (the engine counts it, or reports the step time)
