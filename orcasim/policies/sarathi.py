@@ -33,8 +33,10 @@ class Sarathi(BatchPolicy):
     def decode_entries(self) -> list[tuple[Request, int]]:
         pool = self.pool
         running = self.running
-        if pool is not None and pool.size == len(running):
-            return list(zip(running, ONE, strict=False))  # (what order() gives: as they are)
+        if pool is not None and pool.size == len(running):  # (order() gives them as they are)
+            if pool.reqs == running:  # (the usual case: they joined the pool in that order)
+                return pool.entries.copy()
+            return list(zip(running, ONE, strict=False))
         return super().decode_entries()
 
     def order(self, reqs: list[Request]) -> Iterable[Request]:
