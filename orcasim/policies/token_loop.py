@@ -26,6 +26,7 @@ from orcasim.metrics.recorder import Recorder
 from orcasim.plan import StepPlan
 from orcasim.policies.common import BatchPolicy
 from orcasim.policies.pooled import PooledPlans, pool_contexts
+from orcasim.policies.runs import TokenRuns
 from orcasim.source import OpenLoopSource
 
 if TYPE_CHECKING:
@@ -196,6 +197,10 @@ class TokenRunLoop:
         t1_col, waiting_col, buf_cap = rec._t1, rec._waiting, rec._buf_cap
         r_start, r_len, r_seqs, r_tokens, r_tokens_rest, r_count, r_count_rest = rec._r_appends
         inf = float("inf")
+        kind = type(policy)
+        plain_run = (kind.decode_run is TokenRuns.decode_run and kind.has_room is TokenRuns.has_room
+                     and kind.steps_left is PooledPlans.steps_left)
+        slots = ctx.slots
         t0 = -1.0
         fused = self._fused
         while not queue or queue[0][0] > env._now:
@@ -211,7 +216,21 @@ class TokenRunLoop:
             dt += plan.swap_time
             now = env._now
             num_waiting = len(waiting)
-            run = decode_run(plan)
+            if plain_run and policy._left[0] is plan and policy._run_offer:
+                # (TokenRuns.decode_run, with has_room and the steps left make_plan noted)
+                run = None
+                size = len(policy.running)  # (a list the policy may replace)
+                if plan.num_seqs == size:
+                    room = slots.count < slots.capacity
+                    preemptive = policy.preemptive
+                    if not ((room or (preemptive and plan.num_tokens >= policy._run_budget))
+                            and waiting):
+                        left = policy._left[1]
+                        if left:
+                            run = (size, plan.num_kv_tokens + plan.num_tokens, left,
+                                   room or (preemptive and policy.arrival_may_preempt()))
+            else:
+                run = decode_run(plan)
             if run is not None and plan.scheduled is not None and not by_aggregates:
                 size = run[0]
                 ok = by_size.get(size)
