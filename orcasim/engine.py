@@ -47,7 +47,9 @@ hands each boundary to :class:`~orcasim.policies.decode_loop.FcfsDecodeLoop`
 (with a paged memory limit, :class:`~orcasim.policies.kv_loop.KVDecodeLoop`),
 which takes run after run in one frame (admissions, the run's step ends, its
 finishers and its rows) while nothing else is due, and gives a boundary back
-to the engine's own path when something is.
+to the engine's own path when something is. A token-level policy without
+memory limits hands its boundaries to
+:class:`~orcasim.policies.token_loop.TokenRunLoop` the same way.
 
 A hard stop (:meth:`Engine.stop`) interrupts the process, in a step or while
 the policy waits: the step in flight is lost, every running and waiting
