@@ -47,7 +47,9 @@ hands each boundary to :class:`~orcasim.policies.decode_loop.FcfsDecodeLoop`
 (with a paged memory limit, :class:`~orcasim.policies.kv_loop.KVDecodeLoop`),
 which takes run after run in one frame (admissions, the run's step ends, its
 finishers and its rows) while nothing else is due, and gives a boundary back
-to the engine's own path when something is.
+to the engine's own path when something is. A token-level policy without
+memory limits hands its boundaries to
+:class:`~orcasim.policies.token_loop.TokenRunLoop` the same way.
 
 A hard stop (:meth:`Engine.stop`) interrupts the process, in a step or while
 the policy waits: the step in flight is lost, every running and waiting
@@ -69,6 +71,7 @@ from orcasim.plan import StepPlan
 from orcasim.policies.base import Policy
 from orcasim.policies.decode_loop import FcfsDecodeLoop
 from orcasim.policies.kv_loop import KVDecodeLoop
+from orcasim.policies.token_loop import TokenRunLoop
 from orcasim.run_timing import RunTiming
 from orcasim.sim_events import SETTLE, Until, happened, settle
 from orcasim.source import OpenLoopSource
@@ -113,9 +116,10 @@ class Engine(RunTiming):
                 and (type(ctx.waiting) is deque or getattr(ctx.waiting, "takes_releases", False))):
             ctx.source.release_lazily()  # type: ignore[union-attr]
         #: whole runs of a first-come-first-served decode batch in one loop, where it applies
-        self._loop: FcfsDecodeLoop | None = (
+        self._loop: FcfsDecodeLoop | KVDecodeLoop | TokenRunLoop | None = (
             FcfsDecodeLoop(self) if FcfsDecodeLoop.applies(self)
-            else KVDecodeLoop(self) if KVDecodeLoop.applies(self) else None)
+            else KVDecodeLoop(self) if KVDecodeLoop.applies(self)
+            else TokenRunLoop(self) if TokenRunLoop.applies(self) else None)
         self.process = env.process(self.run())
         for proc in policy.processes():
             env.process(proc)

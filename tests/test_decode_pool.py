@@ -54,6 +54,24 @@ def test_pool_members_advance_together_and_are_written_when_they_leave():
     assert (pool.size, pool.kv, b in pool) == (0, 0, False)
 
 
+def test_pool_members_listed_in_their_entries_order_as_they_join_and_leave():
+    """``reqs`` lists the members in the order of ``entries`` through one join, several, a
+    finish from the middle, a departure and a clear."""
+    pool = DecodePool()
+    a, b, c, d = (decoding(i, 8, 1, n, 0.0) for i, n in enumerate((9, 4, 7, 6)))
+    pool.join(a)
+    pool.join_all([b, c])
+    pool.join_all([d])
+    assert pool.reqs == [a, b, c, d] and pool.entries == [(r, 1) for r in pool.reqs]
+    assert pool.advance(3, 1.0) == [b]  # b's last token (4 - 1 = 3 steps)
+    assert pool.reqs == [a, c, d] and pool.entries == [(r, 1) for r in pool.reqs]
+    pool.leave(c)
+    pool.join(b)
+    assert pool.reqs == [a, d, b] and pool.entries == [(r, 1) for r in pool.reqs]
+    pool.clear()
+    assert pool.reqs == [] == pool.entries
+
+
 def test_a_member_past_its_last_step_is_an_error():
     pool = DecodePool()
     pool.join(decoding(0, 4, 1, 3, 0.0))
@@ -234,6 +252,7 @@ def test_the_pools_entries_are_the_first_running_requests_in_admission_order(mon
         pool = self.pool
         if pool is not None and pool.size:
             assert pool.entries == [(r, 1) for r in self.running[:pool.size]]
+            assert pool.reqs == [r for r, _ in pool.entries]  # (the members, in that order)
             assert set(pool.members) == set(self.running[:pool.size])
             seen.append(1)
         return schedule_running(self, budget)

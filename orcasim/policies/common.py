@@ -272,8 +272,9 @@ class BatchPolicy(PooledPlans, TokenPolicy):
         slots = ctx.slots
         mem = self.mem
         swapped = mem.swapped if mem is not None else ()
+        preemptive = self.preemptive
         if not swapped and (budget <= 0 or (
-                slots.count >= slots.capacity and not self.preemptive) or not waiting):
+                slots.count >= slots.capacity and not preemptive) or not waiting):
             return budget  # (what the loop below finds at once)
         running = self.running
         while budget > 0:
@@ -282,10 +283,12 @@ class BatchPolicy(PooledPlans, TokenPolicy):
                     break  # head-of-line: the swapped request waits for a slot or memory
                 budget -= scheduled[-1][1]
                 continue
+            if slots.count >= slots.capacity and not preemptive:
+                break  # (the batch is full: what the checks below find, without the queue)
             if not waiting:
                 break
             if slots.count >= slots.capacity:
-                victim = self.victim(waiting[0]) if self.preemptive else None
+                victim = self.victim(waiting[0]) if preemptive else None
                 if victim is None:
                     break
                 budget += unschedule(scheduled, victim)

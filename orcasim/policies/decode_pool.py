@@ -37,7 +37,7 @@ class DecodePool:
     latest one, which is every member's last token time.
     """
 
-    __slots__ = ("_heap", "_seq", "entries", "kv", "last", "members", "size", "steps")
+    __slots__ = ("_heap", "_seq", "entries", "kv", "last", "members", "reqs", "size", "steps")
 
     def __init__(self) -> None:
         self.steps = 0
@@ -48,6 +48,8 @@ class DecodePool:
         self.members: dict[Request, tuple[int, int]] = {}
         #: ``(member, 1)`` for each member in the order they joined: a step's decode entries
         self.entries: list[tuple[Request, int]] = []
+        #: the members in the same order (found by identity: the index of an entry)
+        self.reqs: list[Request] = []
         #: (pool step at which the member emits its last token, number, member); stale entries
         #: (a member that left) are skipped when they reach the top
         self._heap: list[tuple[int, int, Request]] = []
@@ -64,6 +66,7 @@ class DecodePool:
         heapq.heappush(self._heap, (self.steps + req.output_len - req.num_output_tokens, seq,
                                     req))
         self.entries.append((req, 1))
+        self.reqs.append(req)
         self.kv += req.num_computed_tokens
         self.size += 1
 
@@ -71,14 +74,27 @@ class DecodePool:
         """:meth:`join` each of ``reqs``."""
         members, heap, steps = self.members, self._heap, self.steps
         seq = self._seq
-        for req in reqs:
+        if len(reqs) == 1:  # (the usual case: one joins as one leaves)
+            req = reqs[0]
             members[req] = (steps, seq)
             heapq.heappush(heap, (steps + req.output_len - req.num_output_tokens, seq, req))
             self.kv += req.num_computed_tokens
+            self._seq = seq + 1
+            self.size += 1
+            self.entries.append((req, 1))
+            self.reqs.append(req)
+            return
+        kv = self.kv
+        for req in reqs:
+            members[req] = (steps, seq)
+            heapq.heappush(heap, (steps + req.output_len - req.num_output_tokens, seq, req))
+            kv += req.num_computed_tokens
             seq += 1
+        self.kv = kv
         self._seq = seq
         self.size += len(reqs)
         self.entries += zip(reqs, repeat(1))
+        self.reqs += reqs
 
     def advance(self, k: int, t_end: float) -> list[Request]:
         """Every member decodes ``k`` tokens, the last in a step ending at ``t_end``; take out
@@ -122,8 +138,12 @@ class DecodePool:
         """Take out the members that emitted their last token in the latest step, up to date."""
         heap, base, steps = self._heap, self.members, self.steps
         out: list[Request] = []
+        kv = self.kv
+        last = self.last
+        entries, order = self.entries, self.reqs
+        pop = heapq.heappop
         while heap and heap[0][0] <= steps:
-            done, seq, req = heapq.heappop(heap)
+            done, seq, req = pop(heap)
             b = base.get(req)
             if b is None or b[1] != seq:
                 continue
@@ -134,10 +154,13 @@ class DecodePool:
             if d:
                 req.num_computed_tokens += d
                 req.num_output_tokens += d
-                req.last_token = self.last
-            self.kv -= req.num_computed_tokens
-            self.entries.remove((req, 1))
+                req.last_token = last
+            kv -= req.num_computed_tokens
+            at = order.index(req)
+            del order[at]
+            del entries[at]
             out.append(req)
+        self.kv = kv
         self.size -= len(out)
         return out
 
@@ -156,7 +179,9 @@ class DecodePool:
         self._write(req, b[0])
         self.kv -= req.num_computed_tokens
         self.size -= 1
-        self.entries.remove((req, 1))
+        at = self.reqs.index(req)
+        del self.reqs[at]
+        del self.entries[at]
 
     def sync(self) -> None:
         """Bring every member's counters up to date; they stay members."""
@@ -172,4 +197,5 @@ class DecodePool:
         self.members.clear()
         self._heap.clear()
         self.entries.clear()
+        self.reqs.clear()
         self.kv = self.size = 0

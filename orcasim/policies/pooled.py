@@ -146,21 +146,32 @@ class PooledPlans:
                 req.last_token = before_last
                 finished.append(req)
         plan.num_itl_tokens = bulk
-        for req in pool.advance(k, t_end):  # the members that finish, as the last step finds
-            req.num_computed_tokens -= 1
-            req.num_output_tokens -= 1
-            req.last_token = before_last
-            finished.append(req)
+        done = pool.advance(k, t_end)  # the members that finish (up to date)
         if joining:
             pool.join_all(joining)
-        if len(finished) > 1:
+        running = self.running
+        if len(finished) + len(done) == 1:  # one finishes: as finish_run, with no order to find
+            if finished:
+                req = finished[0]
+                req.num_computed_tokens += 1
+                req.num_output_tokens += 1
+                req.last_token = t_end
+            else:
+                req = done[0]
+            running.remove(req)
+            self.release(req)  # type: ignore[attr-defined]
+            ctx.finish_all([req], t_end)
+        elif finished or done:
+            for req in done:  # as the last step finds them
+                req.num_computed_tokens -= 1
+                req.num_output_tokens -= 1
+                req.last_token = before_last
+                finished.append(req)
             if k > 1:
                 finished = self.last_step_order(finished)  # type: ignore[attr-defined]
             else:  # the order of the plan
                 finished.sort(key=list(map(itemgetter(0), plan.scheduled or ())).index)
-        if finished:
             self.finish_run(finished, t_end)  # type: ignore[attr-defined]
-        running = self.running
         self.decoding = (running, len(running), pool.kv, pool.first_finish())
 
 def plain_contexts(scheduled: list[tuple[Request, int]]) -> list[int]:

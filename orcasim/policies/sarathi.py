@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from pydantic import Field
 
-from orcasim.policies.common import BatchPolicy, TokenParams
+from orcasim.policies.common import ONE, BatchPolicy, TokenParams
 from orcasim.registry import policies
 from orcasim.request import Request
 
@@ -29,6 +29,15 @@ class Sarathi(BatchPolicy):
 
     def pool_safe(self) -> bool:
         return True  # a member reads as it joined: a decode, as it is
+
+    def decode_entries(self) -> list[tuple[Request, int]]:
+        pool = self.pool
+        running = self.running
+        if pool is not None and pool.size == len(running):  # (order() gives them as they are)
+            if pool.reqs == running:  # (the usual case: they joined the pool in that order)
+                return pool.entries.copy()
+            return list(zip(running, ONE, strict=False))
+        return super().decode_entries()
 
     def order(self, reqs: list[Request]) -> Iterable[Request]:
         pool = self.pool

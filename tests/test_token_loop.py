@@ -1,0 +1,120 @@
+"""The engine's loop over a token-level policy's boundaries against the engine's own path and
+against step-by-step simulation.
+
+:class:`~orcasim.policies.token_loop.TokenRunLoop` takes boundary after boundary of a
+:class:`~orcasim.policies.common.BatchPolicy` without memory limits in one frame. Every test
+runs the same model three ways (the loop; the engine's own boundaries,
+``TokenRunLoop.enabled = False``; one event per step, ``Engine.fast_paths = False``) and
+compares everything the run records.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import orcasim
+from orcasim.engine import Engine
+from orcasim.policies.token_loop import TokenRunLoop
+from orcasim.simulation import build_model, generate_workload
+from tests.test_batch_runs import TOKEN_POLICIES, assert_identical, snapshot
+
+WAYS = ("loop", "runs", "steps")
+CLASSES = [{"name": "interactive", "weight": 1, "priority": 0, "tenant": "a"},
+           {"name": "batch", "weight": 2, "priority": 1, "tenant": "b"},
+           {"name": "rare", "weight": 0.2, "priority": 1, "tenant": "c"}]
+
+
+def run_three(policy: dict, rate: float = 30.0, n: int = 600, watch: float | None = None,
+              stop_at: float | None = None, overrides: dict | None = None) -> dict[str, dict]:
+    """The seed scenario under ``policy`` each way; ``watch``: a process wakes every
+    ``watch`` seconds (the loop hands boundaries to the engine before it); ``stop_at``: a
+    hard stop then."""
+    over = {"workload.num_requests": n, "policy": {**policy, "max_batch": 16}, "variants": None,
+            "workload.arrival.rate": rate, "engine.latency.per_prefill_token": 0.0001,
+            "workload.classes": CLASSES, **(overrides or {})}
+    cfg = orcasim.load_scenario("seed_orca").override(over).variants[0]
+    arrays = generate_workload(cfg)
+    out = {}
+    for way in WAYS:
+        Engine.fast_paths = way != "steps"
+        TokenRunLoop.enabled = way == "loop"
+        try:
+            m = build_model(cfg, arrays)
+            ended: list[int] = []
+            record = m.recorder.record_request
+
+            def spy(req, record=record, ended=ended):
+                ended.append(req.id)
+                record(req)
+
+            m.recorder.record_request = spy
+            seen: list = []
+            if watch is not None:
+                def watcher(env=m.env, ctx=m.ctx, seen=seen):
+                    while ctx.recorder.num_recorded < len(arrays):
+                        yield env.timeout(watch)
+                        seen.append((env.now, ctx.num_started, ctx.slots.count,
+                                     len(ctx.waiting)))
+                m.env.process(watcher())
+            if stop_at is not None:
+                def stopper(env=m.env, engine=m.engine):
+                    yield env.timeout(stop_at)
+                    engine.stop("test_stop")
+                m.env.process(stopper())
+            m.env.run()
+        finally:
+            Engine.fast_paths = True
+            TokenRunLoop.enabled = True
+        assert (type(m.engine._loop) is TokenRunLoop) == (way == "loop")
+        out[way] = {**snapshot(m), "ended": ended, "seen": seen,
+                    "num_started": m.ctx.num_started}
+    return out
+
+
+def assert_three_identical(out: dict[str, dict]) -> None:
+    loop = out["loop"]
+    for way in ("runs", "steps"):
+        assert_identical(out[way], loop)
+        assert out[way]["num_started"] == loop["num_started"], way
+    # (a lazy source's arrivals wait outside the queue until a boundary: as the engine has it)
+    assert out["runs"]["seen"] == loop["seen"]
+    assert out["runs"]["events"] == loop["events"]  # the loop adds no event, and skips none
+
+
+@pytest.mark.parametrize("rate", [30.0, 2.0])
+@pytest.mark.parametrize("name", TOKEN_POLICIES)
+def test_loop_equals_engine_runs_and_steps(name, rate):
+    out = run_three(TOKEN_POLICIES[name], rate)
+    assert_three_identical(out)
+
+
+@pytest.mark.parametrize("name", ["sarathi", "srpt", "vtc", "prefill-first"])
+def test_loop_hands_boundaries_to_the_engine_before_other_events(name):
+    """A process with a timer: the loop stops before each step or run that ends after it
+    (the engine runs the plan it made) and resumes after."""
+    out = run_three(TOKEN_POLICIES[name], watch=0.37)
+    assert_three_identical(out)
+    assert len(out["loop"]["seen"]) > 100
+
+
+@pytest.mark.parametrize("name", ["fcfs", "priority-preempt"])
+def test_a_hard_stop_after_loop_boundaries(name):
+    out = run_three(TOKEN_POLICIES[name], n=400, stop_at=7.001)
+    assert_three_identical(out)
+    assert "test_stop" in set(out["loop"]["columns"]["reason"])
+
+
+def test_loop_with_a_step_function_latency_model():
+    """A roofline model times decode steps by a function (no coefficients), and reads the
+    listed requests of a mixed step."""
+    out = run_three(TOKEN_POLICIES["sarathi"], rate=10.0, overrides={
+        "engine.latency": {"type": "roofline", "model": "llama-2-7b", "gpu": "a100-80gb"}})
+    assert_three_identical(out)
+
+
+def test_the_loop_is_not_used_with_memory_limits():
+    cfg = orcasim.load_scenario("seed_orca").override({
+        "workload.num_requests": 20, "variants": None, "policy": {"type": "sarathi"},
+        "memory": {"block_size": 16, "num_blocks": 400}}).variants[0]
+    m = build_model(cfg, generate_workload(cfg))
+    assert m.engine._loop is None
