@@ -365,19 +365,8 @@ class FcfsDecodeLoop:
         return ends, busy
 
     def _queued(self, ends: list[float], num_waiting: int) -> list[int]:
-        """The queue's length at each of a run's step starts (``Recorder.queued_by``)."""
-        src = self.source
-        j, n, arrival = src._next, src._n, src._arrival
-        if len(ends) > 1 and j < n and arrival[j] <= ends[-2]:
-            w = num_waiting
-            waits = [w]
-            for e in ends[:-1]:
-                while j < n and arrival[j] <= e:
-                    j += 1
-                    w += 1
-                waits.append(w)
-            return waits
-        return [num_waiting] * len(ends)
+        """The queue's length at each of a run's step starts (``OpenLoopSource.queued_by``)."""
+        return self.source.queued_by(num_waiting, ends)
 
     def _to_requests(self) -> None:
         """The batch's members that joined here become :class:`~orcasim.request.Request`

@@ -59,19 +59,7 @@ class PooledPlans:
             elif m:  # some members wait this step: the plain way
                 pool.clear()
                 m, rest = 0, scheduled
-        for req, n in rest:
-            c = req.num_computed_tokens
-            kv += c
-            out = req.num_output_tokens
-            known = (req.prompt_len or 1) + out
-            if n == 1 and out > 0 and c == known - 1:
-                decode += 1
-            else:
-                prefill += n
-                if c + n < known:
-                    left = 0
-            if req.output_len - out < left:
-                left = req.output_len - out
+        kv, prefill, decode, left = tally(rest, kv, prefill, decode, left)
         if pool is not None and m:
             contexts: Any = partial(pool_contexts, pool, scheduled)
         else:
@@ -183,3 +171,24 @@ def pool_contexts(pool: DecodePool, scheduled: list[tuple[Request, int]]) -> lis
     """The computed tokens of ``scheduled``'s requests, members of ``pool`` or not."""
     context = pool.context
     return [context(r) for r, _ in scheduled]
+
+
+def tally(rest: list[tuple[Request, int]], kv: int, prefill: int, decode: int, left: int
+          ) -> tuple[int, int, int, int]:
+    """Add the entries ``rest`` (outside the decode pool) to a plan's counts: KV tokens
+    computed, prefill tokens and decoding sequences, and the steps left before one of them
+    finishes or leaves its prefill (0 when a prompt stays partial)."""
+    for req, n in rest:
+        c = req.num_computed_tokens
+        kv += c
+        out = req.num_output_tokens
+        known = (req.prompt_len or 1) + out
+        if n == 1 and out > 0 and c == known - 1:
+            decode += 1
+        else:
+            prefill += n
+            if c + n < known:
+                left = 0
+        if req.output_len - out < left:
+            left = req.output_len - out
+    return kv, prefill, decode, left

@@ -25,7 +25,7 @@ import simpy
 from orcasim.metrics.recorder import Recorder
 from orcasim.plan import StepPlan
 from orcasim.policies.common import BatchPolicy
-from orcasim.policies.pooled import PooledPlans, pool_contexts
+from orcasim.policies.pooled import PooledPlans, pool_contexts, tally
 from orcasim.policies.runs import TokenRuns
 from orcasim.source import OpenLoopSource
 
@@ -121,21 +121,7 @@ class TokenRunLoop:
             return policy.planned(policy.make_plan(scheduled))  # type: ignore[no-any-return]
         policy._decodes = None  # (PooledPlans.make_plan from the notes: p entries decode)
         rest = scheduled[p:]
-        decode = p
-        prefill = 0
-        for req, n in rest:
-            c = req.num_computed_tokens
-            kv += c
-            out = req.num_output_tokens
-            known = (req.prompt_len or 1) + out
-            if n == 1 and out > 0 and c == known - 1:
-                decode += 1
-            else:
-                prefill += n
-                if c + n < known:
-                    left = 0
-            if req.output_len - out < left:
-                left = req.output_len - out
+        kv, prefill, decode, left = tally(rest, kv, 0, p, left)
         plan = StepPlan(len(scheduled), kv, prefill, decode, scheduled,
                         partial(pool_contexts, pool, scheduled))
         policy._left = (plan, left)
@@ -188,7 +174,7 @@ class TokenRunLoop:
         complete_step = policy.complete_step
         run_ends = engine._run_ends
         src: Any = ctx.source
-        arrival, n = src._arrival, src._n
+        arrival, n, queued_by = src._arrival, src._n, src.queued_by
         waiting = ctx.waiting
         rec = ctx.recorder
         plain = "record_run" not in rec.__dict__ and type(rec).record_run is Recorder.record_run
@@ -278,19 +264,8 @@ class TokenRunLoop:
                 if queue and queue[0][0] <= t1:  # something else is due first: the engine
                     self.plan = plan  # waits for the run's end
                     break
-                # the queue's length at each step's start (OpenLoopSource.queued_by)
                 steps = len(ends)
-                j = src._next
-                if steps > 1 and j < n and arrival[j] <= ends[-2]:
-                    w = num_waiting
-                    waits = [w]
-                    for e in ends[:-1]:
-                        while j < n and arrival[j] <= e:
-                            j += 1
-                            w += 1
-                        waits.append(w)
-                else:
-                    waits = [num_waiting] * steps
+                waits = queued_by(num_waiting, ends)  # the queue's length at each step's start
                 ctx.busy_until = t1
                 env._now = t1
                 complete_run(plan, ends)
