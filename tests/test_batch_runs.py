@@ -29,24 +29,53 @@ def run_both(overrides: dict, n: int = 1500, variant: str = "continuous", stop_a
         Engine.fast_paths = flag
         try:
             m = build_model(cfg, arrays)
-            ended: list[int] = []  # request ids in the order they end (rows are kept by id)
-            record = m.recorder.record_request
-
-            def spy(req, record=record, ended=ended):
-                ended.append(req.id)
-                record(req)
-
-            m.recorder.record_request = spy
-            if stop_at is not None:
-                def stopper(env=m.env, engine=m.engine):
-                    yield env.timeout(stop_at)
-                    engine.stop("test_stop")
-                m.env.process(stopper())
+            ended = spy_ended(m)
+            watch_and_stop(m, len(arrays), None, stop_at)
             m.env.run()
         finally:
             Engine.fast_paths = True
         out.append({**snapshot(m), "ended": ended})
     return out
+
+
+def spy_ended(m) -> list[int]:
+    """The ids of ``m``'s requests in the order they end, filled as the model runs (the
+    recorder keeps its rows by id)."""
+    ended: list[int] = []
+    record = m.recorder.record_request
+
+    def spy(req, record=record, ended=ended):
+        ended.append(req.id)
+        record(req)
+
+    m.recorder.record_request = spy
+    return ended
+
+
+def watch_and_stop(m, until: int, watch: float | None, stop_at: float | None,
+                   probe=None) -> list:
+    """Processes that make a model's fast paths hand boundaries back to the engine: every
+    ``watch`` seconds, until ``until`` requests are recorded, a watcher notes ``(now,
+    started, slots taken, probe(ctx))``; at ``stop_at`` a hard stop. Returns the notes."""
+    seen: list = []
+    if watch is not None:
+        def watcher(env=m.env, ctx=m.ctx):
+            while ctx.recorder.num_recorded < until:
+                yield env.timeout(watch)
+                seen.append((env.now, ctx.num_started, ctx.slots.count,
+                             probe(ctx) if probe is not None else None))
+        m.env.process(watcher())
+    if stop_at is not None:
+        def stopper(env=m.env, engine=m.engine):
+            yield env.timeout(stop_at)
+            engine.stop("test_stop")
+        m.env.process(stopper())
+    return seen
+
+
+def running_ids(ctx) -> list[int]:
+    """The running requests' ids, sorted (a watcher's probe)."""
+    return sorted(r.id for r in ctx.running)
 
 
 def snapshot(m) -> dict:

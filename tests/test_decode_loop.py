@@ -18,7 +18,7 @@ from orcasim.engine import Engine
 from orcasim.metrics import row_spill
 from orcasim.policies.decode_loop import FcfsDecodeLoop
 from orcasim.simulation import build_model, generate_workload
-from tests.test_batch_runs import assert_identical, snapshot
+from tests.test_batch_runs import assert_identical, running_ids, snapshot, watch_and_stop
 
 WAYS = ("loop", "runs", "steps")
 
@@ -37,19 +37,7 @@ def run_three(overrides: dict, n: int = 1500, watch: float | None = None,
         FcfsDecodeLoop.enabled = way == "loop"
         try:
             m = build_model(cfg, arrays)
-            seen: list = []
-            if watch is not None:
-                def watcher(env=m.env, ctx=m.ctx, seen=seen):
-                    while ctx.recorder.num_recorded < len(arrays):
-                        yield env.timeout(watch)
-                        seen.append((env.now, ctx.num_started, ctx.slots.count,
-                                     sorted(r.id for r in ctx.running)))
-                m.env.process(watcher())
-            if stop_at is not None:
-                def stopper(env=m.env, engine=m.engine):
-                    yield env.timeout(stop_at)
-                    engine.stop("test_stop")
-                m.env.process(stopper())
+            seen = watch_and_stop(m, len(arrays), watch, stop_at, running_ids)
             m.env.run()
         finally:
             Engine.fast_paths = True

@@ -20,7 +20,7 @@ from orcasim.errors import SimulationError
 from orcasim.policies.kv_loop import KVDecodeLoop
 from orcasim.policies.kv_preempt import KVPreemption
 from orcasim.simulation import build_model, generate_workload
-from tests.test_batch_runs import assert_identical, snapshot
+from tests.test_batch_runs import assert_identical, running_ids, snapshot, watch_and_stop
 
 WAYS = ("loop", "runs", "steps")
 TIGHT = {"block_size": 16, "num_blocks": 400}
@@ -56,22 +56,14 @@ def run_three(overrides: dict, n: int = 1500, watch: float | None = None,
         KVDecodeLoop.enabled = way == "loop"
         try:
             m = build_model(cfg, arrays)
-            seen: list = []
-            if watch is not None:
-                def watcher(env=m.env, ctx=m.ctx, seen=seen):
-                    while ctx.recorder.num_recorded < len(arrays):
-                        yield env.timeout(watch)
-                        seen.append((env.now, ctx.num_started, ctx.slots.count,
-                                     sorted(r.id for r in ctx.running)))
-                        if check:
-                            held, need, internal, tails = pool_check(ctx)
-                            assert (held, internal) == (need, tails), env.now
-                m.env.process(watcher())
-            if stop_at is not None:
-                def stopper(env=m.env, engine=m.engine):
-                    yield env.timeout(stop_at)
-                    engine.stop("test_stop")
-                m.env.process(stopper())
+
+            def probe(ctx):
+                if check:
+                    held, need, internal, tails = pool_check(ctx)
+                    assert (held, internal) == (need, tails), ctx.env.now
+                return running_ids(ctx)
+
+            seen = watch_and_stop(m, len(arrays), watch, stop_at, probe)
             looped = [0]  # steps of the runs the loop made
             record_decode_runs = m.recorder.record_decode_runs
 

@@ -16,7 +16,13 @@ import orcasim
 from orcasim.engine import Engine
 from orcasim.policies.token_loop import TokenRunLoop
 from orcasim.simulation import build_model, generate_workload
-from tests.test_batch_runs import TOKEN_POLICIES, assert_identical, snapshot
+from tests.test_batch_runs import (
+    TOKEN_POLICIES,
+    assert_identical,
+    snapshot,
+    spy_ended,
+    watch_and_stop,
+)
 
 WAYS = ("loop", "runs", "steps")
 CLASSES = [{"name": "interactive", "weight": 1, "priority": 0, "tenant": "a"},
@@ -40,27 +46,8 @@ def run_three(policy: dict, rate: float = 30.0, n: int = 600, watch: float | Non
         TokenRunLoop.enabled = way == "loop"
         try:
             m = build_model(cfg, arrays)
-            ended: list[int] = []
-            record = m.recorder.record_request
-
-            def spy(req, record=record, ended=ended):
-                ended.append(req.id)
-                record(req)
-
-            m.recorder.record_request = spy
-            seen: list = []
-            if watch is not None:
-                def watcher(env=m.env, ctx=m.ctx, seen=seen):
-                    while ctx.recorder.num_recorded < len(arrays):
-                        yield env.timeout(watch)
-                        seen.append((env.now, ctx.num_started, ctx.slots.count,
-                                     len(ctx.waiting)))
-                m.env.process(watcher())
-            if stop_at is not None:
-                def stopper(env=m.env, engine=m.engine):
-                    yield env.timeout(stop_at)
-                    engine.stop("test_stop")
-                m.env.process(stopper())
+            ended = spy_ended(m)
+            seen = watch_and_stop(m, len(arrays), watch, stop_at, lambda ctx: len(ctx.waiting))
             m.env.run()
         finally:
             Engine.fast_paths = True
