@@ -80,20 +80,6 @@ class ArrivalSource:
         """Submit every request due by ``now``."""
         return None
 
-    def running_request(self, i: int, first_scheduled: float, first_token: float, slot: int,
-                        seq: int, done_at: int) -> Request:
-        """Request ``i`` as a running member of a decode batch (member ``seq`` in ``slot``, its
-        last token due at step ``done_at``): what a loop that held it as a workload row hands
-        back to the policy."""
-        req = self._request(i, self._arrival[i])
-        req.state = RequestState.RUNNING
-        req.first_scheduled = first_scheduled
-        req.first_token = first_token
-        req._batch_seq = seq
-        req._done_at = done_at
-        req.slot = slot
-        return req
-
     def next_arrival(self) -> float | None:
         """When the next request arrives, if known ahead."""
         return None
@@ -203,6 +189,20 @@ class OpenLoopSource(ArrivalSource):
         req = Request(i, t, self._prompt[i], self._output[i])
         for key, col in self._attrs:
             setattr(req, key, col[i])
+        return req
+
+    def running_request(self, i: int, first_scheduled: float, first_token: float, slot: int,
+                        seq: int, done_at: int) -> Request:
+        """Request ``i`` as a running member of a decode batch (member ``seq`` in ``slot``, its
+        last token due at step ``done_at``): what a loop that held it as a workload row hands
+        back to the policy."""
+        req = self._request(i, self._arrival[i])
+        req.state = RequestState.RUNNING
+        req.first_scheduled = first_scheduled
+        req.first_token = first_token
+        req._batch_seq = seq
+        req._done_at = done_at
+        req.slot = slot
         return req
 
     def next_arrival(self) -> float | None:
