@@ -51,10 +51,10 @@ def _numeric_column(path: Path, name: str, j: int, rows: list[list[str]]) -> np.
     cells = [r[j] if j < len(r) else "" for r in rows]
     try:  # the whole column at once (tables hold tens of thousands of rows)
         values = np.array(cells, dtype=object).astype(float)
+        if bool(np.all(np.isfinite(values) & (values >= 0))):
+            return values
     except ValueError:
-        values = None
-    if values is not None and bool(np.all(np.isfinite(values) & (values >= 0))):
-        return values
+        pass
     for i, cell in enumerate(cells):  # the first bad cell, for the message
         try:
             v = float(cell)
