@@ -118,9 +118,12 @@ class RooflineCost:
             contexts = plan.contexts
             if contexts is None:
                 contexts = [req.num_computed_tokens for req, _ in plan.scheduled]
-            pairs = 0
+            # n * c + n * (n + 1) / 2 per request: c + 1 for a one-token request (most of a
+            # batch), so all are counted as that and the others corrected
+            pairs = sum(contexts) + len(contexts)
             for (_, n), c in zip(plan.scheduled, contexts, strict=True):
-                pairs += n * c + n * (n + 1) // 2
+                if n != 1:
+                    pairs += (n - 1) * c + n * (n + 1) // 2 - 1
             return float(pairs)
         # aggregates only (decode-only policies): decode tokens attend to the KV tokens, and
         # the step's prefill sequences (fresh prompts) split the prefill tokens evenly
