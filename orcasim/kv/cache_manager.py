@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from itertools import islice
 from typing import Any
 
-from orcasim.kv.block_pool import Block, BlockPool
+from orcasim.kv.block_pool import Block, BlockPool, BlockStack
 from orcasim.kv.block_table import cdiv
 from orcasim.kv.hashing import BlockHasher, unique_block_id
 
@@ -44,8 +44,16 @@ class ReuseFirstBlockPool(BlockPool):
     vLLM puts a freed block that holds no prefix-cache entry at the head of the
     free queue (it will never be hit, and reusing it first keeps cached blocks
     alive longer) and a cached one at the tail, where it waits to be evicted
-    least recently freed first.
+    least recently freed first. Without prefix caching no block holds content, and the
+    free queue is a :class:`~orcasim.kv.block_pool.BlockStack`.
     """
+
+    def __init__(self, num_blocks: int, block_size: int = 16, *, enable_caching: bool = True,
+                 null_block: bool = False) -> None:
+        super().__init__(num_blocks, block_size, enable_caching=enable_caching,
+                         null_block=null_block)
+        if not enable_caching:
+            self.free_queue = BlockStack(self.free_queue)  # type: ignore[assignment]
 
     def free_blocks(self, ordered: Iterable[Block]) -> None:
         # as drop_refs, then the freed blocks without content linked in at the head (in
@@ -53,6 +61,9 @@ class ReuseFirstBlockPool(BlockPool):
         null = self.null_block
         queue = self.free_queue
         self.version += 1
+        if type(queue) is BlockStack:
+            queue.free_in_order(ordered, null)
+            return
         prev = queue._head
         first = prev.next_free
         num_plain = 0
@@ -87,6 +98,9 @@ class ReuseFirstBlockPool(BlockPool):
         there, without the per-block checks."""
         queue = self.free_queue
         self.version += 1
+        if type(queue) is BlockStack:
+            queue.push_table(table)
+            return
         prev = head = queue._head
         first = head.next_free
         for b in reversed(table):
@@ -322,6 +336,9 @@ class KVCacheManager:
         # pool.get_new_blocks(n) (from the head in order, as one by one), each block going
         # to its table on the way
         tables = self.tables
+        if type(queue) is BlockStack:
+            queue.deal(tables, reqs)
+            return True
         head = queue._head
         b = head.next_free
         for req in reqs:
