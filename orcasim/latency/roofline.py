@@ -121,7 +121,13 @@ class RooflineCost:
             # n * c + n * (n + 1) / 2 per request: c + 1 for a one-token request (most of a
             # batch), so all are counted as that and the others corrected
             pairs = sum(contexts) + len(contexts)
-            for (_, n), c in zip(plan.scheduled, contexts, strict=True):
+            scheduled = plan.scheduled
+            k = plan.num_singles  # the first k are one-token requests: nothing to correct
+            if k:
+                if len(scheduled) != len(contexts):
+                    raise ValueError("a plan has as many contexts as scheduled requests")
+                scheduled, contexts = scheduled[k:], contexts[k:]
+            for (_, n), c in zip(scheduled, contexts, strict=True):
                 if n != 1:
                     pairs += (n - 1) * c + n * (n + 1) // 2 - 1
             return float(pairs)
