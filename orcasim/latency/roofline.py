@@ -179,7 +179,8 @@ class RooflineLatency(LatencyModel):
 
     def step_time(self, plan: StepPlan) -> float:
         flops, mem, comm = self.cost.terms(plan)
-        t = max(flops / self.flops_rate, mem / self.byte_rate) + self.fixed
+        compute, memory = flops / self.flops_rate, mem / self.byte_rate
+        t = (memory if memory > compute else compute) + self.fixed  # max(compute, memory)
         if comm:
             t += comm / self.allreduce_rate
         return t

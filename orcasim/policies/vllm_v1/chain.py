@@ -75,7 +75,8 @@ class ChainedRuns(PolicyState):
         for i, r in enumerate(listed):
             base = r.num_computed_tokens - count
             total += base
-            heappush(items, (min(r.output_len + (r.prompt_len or 1), max_len) - 1 - base,
+            last = r.output_len + (r.prompt_len or 1)  # min(last, max_len), written out
+            heappush(items, ((last if last < max_len else max_len) - 1 - base,
                              -1 - i, r))
         n = len(items)
         end = count + left - 1  # the count the first run ends at
