@@ -122,12 +122,12 @@ class RooflineCost:
             # batch), so all are counted as that and the others corrected
             pairs = sum(contexts) + len(contexts)
             scheduled = plan.scheduled
+            if len(scheduled) != len(contexts):
+                raise ValueError("a plan has as many contexts as scheduled requests")
             k = plan.num_singles  # the first k are one-token requests: nothing to correct
             if k:
-                if len(scheduled) != len(contexts):
-                    raise ValueError("a plan has as many contexts as scheduled requests")
                 scheduled, contexts = scheduled[k:], contexts[k:]
-            for (_, n), c in zip(scheduled, contexts, strict=True):
+            for (_, n), c in zip(scheduled, contexts):  # noqa: B905 (lengths checked above)
                 if n != 1:
                     pairs += (n - 1) * c + n * (n + 1) // 2 - 1
             return float(pairs)
