@@ -292,3 +292,9 @@ def test_kv_series_float_array_is_numpys_conversion():
         assert got.dtype == want.dtype and got.shape == want.shape
         assert got.tobytes() == want.tobytes()
         got[:1] = 0.0  # writable, like numpy's
+    ints = [int(x) for x in rng.integers(-2**62, 2**62, 300)] + [0, 1, -1, 2**53 + 1, 2**63 - 1]
+    ints += [True, 2**64, -2**70]  # beyond 64 bits: numpy's own conversion
+    for chunk in (ints, ints[:-2], ints[:1], []):
+        got, want = float_array(chunk, "q"), np.array(chunk, dtype=np.float64)
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+        got[:1] = 0.0
