@@ -222,7 +222,7 @@ class RooflineLatency(LatencyModel):
                         out: list[float]) -> tuple[float, float]:
             append = out.append
             for x in range(kv + b, kv + b * (steps + 1), b):  # x: step_time's kv + b
-                compute = (f0 + apf * float(x)) / tp / fr
+                compute = (f0 + apf * x) / tp / fr  # (apf * x: x converted as float(x))
                 memory = (weights + kvb * x) / br
                 d = (memory if memory > compute else compute) + fixed
                 if comm:
