@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from orcasim.kv.block_pool import BlockStack, FreeBlockQueue
+from orcasim.kv.block_pool import FreeBlockQueue
+from orcasim.kv.block_stack import BlockStack
 from orcasim.kv.cache_manager import KVCacheManager, ReuseFirstBlockPool
 from orcasim.request import Request
 

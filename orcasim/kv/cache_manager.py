@@ -33,7 +33,8 @@ from collections.abc import Iterable
 from itertools import islice
 from typing import Any
 
-from orcasim.kv.block_pool import Block, BlockPool, BlockStack
+from orcasim.kv.block_pool import Block, BlockPool
+from orcasim.kv.block_stack import BlockStack
 from orcasim.kv.block_table import cdiv
 from orcasim.kv.hashing import BlockHasher, unique_block_id
 
@@ -41,11 +42,10 @@ from orcasim.kv.hashing import BlockHasher, unique_block_id
 class ReuseFirstBlockPool(BlockPool):
     """A block pool whose freed blocks without cached content are reused first (vLLM V1).
 
-    vLLM puts a freed block that holds no prefix-cache entry at the head of the
-    free queue (it will never be hit, and reusing it first keeps cached blocks
-    alive longer) and a cached one at the tail, where it waits to be evicted
-    least recently freed first. Without prefix caching no block holds content, and the
-    free queue is a :class:`~orcasim.kv.block_pool.BlockStack`.
+    vLLM puts a freed block that holds no prefix-cache entry at the head of the free queue
+    (it will never be hit, and reusing it first keeps cached blocks alive longer) and a
+    cached one at the tail, where it waits to be evicted least recently freed first.
+    Without prefix caching, the free queue is a :class:`~orcasim.kv.block_stack.BlockStack`.
     """
 
     def __init__(self, num_blocks: int, block_size: int = 16, *, enable_caching: bool = True,
