@@ -30,14 +30,16 @@ def float_array(values: list[float], code: str = "d") -> np.ndarray:
     """``np.array(values, dtype=np.float64)`` for a list of Python numbers, through their
     packed bytes: the same doubles, at a third of the cost of numpy's per-item conversion.
     ``code`` ``"q"``: the values are integers, packed as such (then converted, rounded to
-    nearest as numpy rounds an integer; one beyond 64 bits goes numpy's way)."""
+    nearest as numpy rounds an integer; one beyond 64 bits goes numpy's way). The format is
+    compiled here, not kept in the struct module's shared cache."""
     if code == "q":
         try:
-            packed = struct.pack(f"{len(values)}q", *values)
+            packed = struct.Struct(f"{len(values)}q").pack(*values)
         except struct.error:
             return np.array(values, dtype=np.float64)
         return np.frombuffer(packed, dtype=np.int64).astype(np.float64)
-    return np.frombuffer(struct.pack(f"{len(values)}d", *values), dtype=np.float64).copy()
+    return np.frombuffer(struct.Struct(f"{len(values)}d").pack(*values),
+                         dtype=np.float64).copy()
 
 
 class KVSeries(BinnedSeries):
