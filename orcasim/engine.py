@@ -66,7 +66,7 @@ import simpy
 from orcasim.admission.base import reject_all
 from orcasim.context import SchedulerContext
 from orcasim.errors import SimulationError
-from orcasim.latency.base import LatencyModel
+from orcasim.latency.base import DecodeEnds, LatencyModel
 from orcasim.plan import StepPlan
 from orcasim.policies.base import Policy
 from orcasim.policies.decode_loop import FcfsDecodeLoop
@@ -109,6 +109,7 @@ class Engine(RunTiming):
         #: the same each time)
         self._coef: dict[int, tuple[float, float] | None] = {}
         self._step: dict[int, Callable[[int], float] | None] = {}
+        self._ends: dict[int, DecodeEnds | None] = {}  # the latency model's decode_ends
         if hasattr(policy, "plans_by_aggregates"):  # all-decode plans may leave out the list
             policy.plans_by_aggregates = latency.decode_by_aggregates
         if (self.fast_paths and policy._runs and not policy.event_driven

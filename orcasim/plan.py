@@ -30,6 +30,8 @@ class StepPlan:
             are first read (before the step's effects: the engine times a step
             before the policy applies it), so that a plan nobody asks for them
             costs nothing.
+        num_singles: with ``scheduled``, how many of its first pairs compute one token
+            each (0: not said), for latency models that count work per request.
         num_itl_tokens: set after the step: tokens emitted by sequences that also
             emitted in the previous step (each an inter-token gap of the step).
         swap_time: seconds of KV swapping (to or from CPU memory) the step also
@@ -43,6 +45,7 @@ class StepPlan:
         "num_kv_tokens",
         "num_prefill_tokens",
         "num_seqs",
+        "num_singles",
         "scheduled",
         "swap_time",
     )
@@ -62,6 +65,7 @@ class StepPlan:
         self.num_decode_tokens = num_seqs if num_decode_tokens is None else num_decode_tokens
         self.scheduled = scheduled
         self._contexts = contexts
+        self.num_singles = 0
         self.num_itl_tokens = 0
         self.swap_time = 0.0
 

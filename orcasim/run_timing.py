@@ -14,7 +14,7 @@ from typing import Any
 
 from orcasim.context import SchedulerContext
 from orcasim.errors import SimulationError
-from orcasim.latency.base import LatencyModel
+from orcasim.latency.base import DecodeEnds, LatencyModel
 from orcasim.metrics.recorder import Recorder
 from orcasim.plan import StepPlan
 
@@ -26,6 +26,7 @@ class RunTiming:
     latency: LatencyModel
     _coef: dict[int, tuple[float, float] | None]
     _step: dict[int, Callable[[int], float] | None]
+    _ends: dict[int, DecodeEnds | None]
 
     def _run_ends(
         self, t0: float, dt: float, busy: float, run: tuple[int, int, int, bool]
@@ -62,6 +63,8 @@ class RunTiming:
                         if t >= limit:
                             break
                         kv += size
+                elif (ends_of := self._decode_ends(size)) is not None:  # the model's loop
+                    t, busy = ends_of(t, busy, kv, max_steps - 1, limit, ends)
                 else:  # step by step: the model's time of a decode step of this batch
                     step = self._step.get(size, ())
                     if step == ():
@@ -108,6 +111,13 @@ class RunTiming:
             if coef is not None and coef[0] > 0.0:
                 a, c = coef
                 step = None
+            elif (ends_of := self._decode_ends(size)) is not None:  # the model's loop
+                n = len(ends)
+                t, busy = ends_of(t, busy, kv, steps, limit, ends)
+                added.append((size, len(ends) - n))
+                if t >= limit:
+                    break
+                continue
             else:
                 step = self._step.get(size, ())
                 if step == ():
@@ -169,6 +179,14 @@ class RunTiming:
             record_run(ends[k - 1], ends[k:k + steps], size, (size, size), waits[k:k + steps],
                        (size, size))
             k += steps
+
+    def _decode_ends(self, size: int) -> DecodeEnds | None:
+        """The latency model's :meth:`~orcasim.latency.base.LatencyModel.decode_ends` for a
+        batch of ``size`` (asked once per size)."""
+        got = self._ends.get(size, ())
+        if got == ():
+            got = self._ends[size] = self.latency.decode_ends(size)
+        return got  # type: ignore[return-value]
 
     def _plan_step(self, size: int) -> Callable[[int], float]:
         """The latency of a decode step of ``size`` sequences reading ``kv`` KV tokens, from

@@ -49,6 +49,38 @@ def test_roofline_decode_step_is_step_time_bit_for_bit(kw):
             assert step(kv) == m.step_time(StepPlan(size, kv)), (size, kv)
 
 
+@pytest.mark.parametrize("kw", [
+    {"model": "llama-2-7b", "gpu": "a100-80gb"},
+    {"model": "mixtral-8x7b", "gpu": "h100-sxm", "tp": 2},
+    {"compute_efficiency": 0.001},
+])
+def test_roofline_decode_ends_is_the_loop_over_decode_step(kw):
+    """A run timed at once: the ends and busy time of the engine's loop over decode_step
+    (each step's end appended, stopping at the first end at or after the limit)."""
+    m = roofline(**kw)
+    rng = np.random.default_rng(11)
+    assert m.decode_ends(0) is None
+    for size in (1, 3, 32, 256):
+        step, ends_of = m.decode_step(size), m.decode_ends(size)
+        assert step is not None and ends_of is not None
+        for _ in range(20):
+            t0, busy0 = float(rng.uniform(0, 100)), float(rng.uniform(0, 50))
+            kv, steps = int(rng.integers(0, 2_000_000)), int(rng.integers(0, 40))
+            limit = float("inf") if rng.integers(2) else t0 + float(rng.uniform(0, 0.5))
+            want, t, busy, x = [t0], t0, busy0, kv
+            for _ in range(steps):
+                d = step(x)
+                t += d
+                busy += d
+                want.append(t)
+                if t >= limit:
+                    break
+                x += size
+            got = [t0]
+            assert ends_of(t0, busy0, kv, steps, limit, got) == (t, busy)
+            assert got == want
+
+
 def test_roofline_subclass_that_counts_differently_gets_no_decode_step():
     class Slower(RooflineLatency):
         def step_time(self, plan: StepPlan) -> float:
@@ -56,7 +88,7 @@ def test_roofline_subclass_that_counts_differently_gets_no_decode_step():
 
     m = roofline()
     m.__class__ = Slower
-    assert m.decode_step(4) is None
+    assert m.decode_step(4) is None and m.decode_ends(4) is None
 
 
 ROOFLINE = {"engine.latency": {"type": "roofline", "model": "llama-2-7b", "gpu": "a100-80gb"}}

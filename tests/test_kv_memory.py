@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import simpy
 from hypothesis import given, settings
@@ -275,3 +276,25 @@ def test_series_bins_stay_uniform_across_flushes():
     assert rows["free"].tolist() == [10.0, 10.0, 10.0]
     assert rows["stranded"].tolist() == [5.0, 5.0, 5.0]  # free in every other step
     assert kv.totals()["tokens_dt"] == sum(range(10))
+
+
+def test_kv_series_float_array_is_numpys_conversion():
+    """The series' list-to-array conversion gives numpy's doubles, bit for bit."""
+    from orcasim.metrics.kv_series import float_array
+
+    rng = np.random.default_rng(5)
+    values = [float(x) for x in rng.uniform(-1e9, 1e9, 500)]
+    values += [int(x) for x in rng.integers(-2**53, 2**53, 500)]
+    values += [True, False, 0, -0.0, 1e-310, float("inf"), -float("inf"), 2**60 + 1, 7]
+    rng.shuffle(values)
+    for chunk in (values, values[:1], []):
+        got, want = float_array(chunk), np.array(chunk, dtype=np.float64)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert got.tobytes() == want.tobytes()
+        got[:1] = 0.0  # writable, like numpy's
+    ints = [int(x) for x in rng.integers(-2**62, 2**62, 300)] + [0, 1, -1, 2**53 + 1, 2**63 - 1]
+    ints += [True, 2**64, -2**70]  # beyond 64 bits: numpy's own conversion
+    for chunk in (ints, ints[:-2], ints[:1], []):
+        got, want = float_array(chunk, "q"), np.array(chunk, dtype=np.float64)
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+        got[:1] = 0.0

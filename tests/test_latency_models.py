@@ -100,8 +100,14 @@ def test_attention_pairs_are_the_per_request_sum():
         for n, c in zip(ns, contexts, strict=True):
             pairs += n * c + n * (n + 1) // 2
         assert m.cost.attention_pairs(plan) == float(pairs)
+        plan.num_singles = k // 2  # the leading one-token requests, said: the same count
+        assert m.cost.attention_pairs(plan) == float(pairs)
     with pytest.raises(ValueError):
         m.cost.attention_pairs(StepPlan(1, 0, 2, 0, [(reqs[0], 2)], [1, 2]))
+    short = StepPlan(2, 0, 2, 0, [(reqs[0], 1), (reqs[1], 1)], [1])
+    short.num_singles = 1
+    with pytest.raises(ValueError):
+        m.cost.attention_pairs(short)
 
 
 @pytest.mark.parametrize("kw,field,msg", [

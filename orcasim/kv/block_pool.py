@@ -208,6 +208,10 @@ class BlockPool:
             return None
         self.version += 1
         out = queue.popleft_n(n)
+        if not self.enable_caching:  # no block holds content
+            for b in out:
+                b.ref_cnt = 1
+            return out
         evict = self._evict
         for b in out:
             if b.block_hash is not None:

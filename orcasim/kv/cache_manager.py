@@ -34,6 +34,7 @@ from itertools import islice
 from typing import Any
 
 from orcasim.kv.block_pool import Block, BlockPool
+from orcasim.kv.block_stack import BlockStack
 from orcasim.kv.block_table import cdiv
 from orcasim.kv.hashing import BlockHasher, unique_block_id
 
@@ -41,11 +42,18 @@ from orcasim.kv.hashing import BlockHasher, unique_block_id
 class ReuseFirstBlockPool(BlockPool):
     """A block pool whose freed blocks without cached content are reused first (vLLM V1).
 
-    vLLM puts a freed block that holds no prefix-cache entry at the head of the
-    free queue (it will never be hit, and reusing it first keeps cached blocks
-    alive longer) and a cached one at the tail, where it waits to be evicted
-    least recently freed first.
+    vLLM puts a freed block that holds no prefix-cache entry at the head of the free queue
+    (it will never be hit, and reusing it first keeps cached blocks alive longer) and a
+    cached one at the tail, where it waits to be evicted least recently freed first.
+    Without prefix caching, the free queue is a :class:`~orcasim.kv.block_stack.BlockStack`.
     """
+
+    def __init__(self, num_blocks: int, block_size: int = 16, *, enable_caching: bool = True,
+                 null_block: bool = False) -> None:
+        super().__init__(num_blocks, block_size, enable_caching=enable_caching,
+                         null_block=null_block)
+        if not enable_caching:
+            self.free_queue = BlockStack(self.free_queue)  # type: ignore[assignment]
 
     def free_blocks(self, ordered: Iterable[Block]) -> None:
         # as drop_refs, then the freed blocks without content linked in at the head (in
@@ -53,6 +61,9 @@ class ReuseFirstBlockPool(BlockPool):
         null = self.null_block
         queue = self.free_queue
         self.version += 1
+        if type(queue) is BlockStack:
+            queue.free_in_order(ordered, null)
+            return
         prev = queue._head
         first = prev.next_free
         num_plain = 0
@@ -87,6 +98,9 @@ class ReuseFirstBlockPool(BlockPool):
         there, without the per-block checks."""
         queue = self.free_queue
         self.version += 1
+        if type(queue) is BlockStack:
+            queue.push_table(table)
+            return
         prev = head = queue._head
         first = head.next_free
         for b in reversed(table):
@@ -231,9 +245,13 @@ class KVCacheManager:
         join the table, and every full block of known tokens up to the end of
         this step's chunk is registered in the prefix cache.
         """
-        max_len = self.max_model_len
-        computed = min(req.num_computed_tokens + num_hit_tokens, max_len)
-        num_slots = min(computed + num_new_tokens, max_len)
+        max_len = self.max_model_len  # (min and max of two written out: a call costs more)
+        computed = req.num_computed_tokens + num_hit_tokens
+        if computed > max_len:
+            computed = max_len
+        num_slots = computed + num_new_tokens
+        if num_slots > max_len:
+            num_slots = max_len
         rid = req.id
         bs = self.block_size
         pool = self.pool
@@ -241,7 +259,7 @@ class KVCacheManager:
         if not hit and not full_sequence_must_fit and table is not None:
             # a running request: only blocks past its table, no hit to take
             num_new_blocks = (num_slots + bs - 1) // bs - len(table)
-            if (max(num_new_blocks, 0) + watermark_blocks
+            if ((num_new_blocks if num_new_blocks > 0 else 0) + watermark_blocks
                     > pool.free_queue.num_free_blocks):
                 return None
         else:
@@ -251,7 +269,9 @@ class KVCacheManager:
             # hit blocks in the free queue leave it when taken
             revived = sum(1 for b in hit if b.ref_cnt == 0) if hit else 0
             if full_sequence_must_fit:
-                full = min(req.num_tokens, max_len)
+                full = req.num_tokens
+                if full > max_len:
+                    full = max_len
                 if (max((full + bs - 1) // bs - held - len(hit), 0) + revived
                         + watermark_blocks > free):
                     return None
@@ -270,7 +290,10 @@ class KVCacheManager:
             new = pool.get_new_blocks(num_new_blocks)  # type: ignore[assignment]
             table.extend(new)
         if self.enable_caching:
-            m = min(computed + num_new_tokens, req.num_tokens)
+            m = computed + num_new_tokens
+            known = req.num_tokens
+            if m > known:
+                m = known
             if m // bs > self.num_cached.get(rid, 0):
                 self.cache_blocks(req, m)
         return new
@@ -282,15 +305,21 @@ class KVCacheManager:
         bs = self.block_size
         max_len = self.max_model_len
         free = self.pool.free_queue.num_free_blocks - watermark_blocks
-        if full_sequence_must_fit and (min(req.num_tokens, max_len) + bs - 1) // bs > free:
+        known = req.num_tokens
+        if full_sequence_must_fit and ((known if known < max_len else max_len) + bs - 1) // bs \
+                > free:
             return False
-        computed = min(req.num_computed_tokens, max_len)
-        need = (min(computed + num_new_tokens, max_len) + bs - 1) // bs
+        computed = req.num_computed_tokens
+        if computed > max_len:
+            computed = max_len
+        m = computed + num_new_tokens
+        need = ((m if m < max_len else max_len) + bs - 1) // bs
         if need > free:
             return False
         self.tables[req.id] = self.pool.get_new_blocks(need) if need > 0 else []
         if self.enable_caching:
-            m = min(computed + num_new_tokens, req.num_tokens)
+            if m > known:
+                m = known
             if m // bs > self.num_cached.get(req.id, 0):
                 self.cache_blocks(req, m)
         return True
@@ -322,6 +351,9 @@ class KVCacheManager:
         # pool.get_new_blocks(n) (from the head in order, as one by one), each block going
         # to its table on the way
         tables = self.tables
+        if type(queue) is BlockStack:
+            queue.deal(tables, reqs)
+            return True
         head = queue._head
         b = head.next_free
         for req in reqs:

@@ -29,6 +29,7 @@ import simpy
 
 from orcasim.kv.allocators import BlockPoolAllocator, make_allocator
 from orcasim.kv.config import MemoryLayout, MemoryOptions, resolve
+from orcasim.metrics.kv_series import BUFFER as KV_BUFFER
 from orcasim.metrics.kv_series import KVSeries
 from orcasim.request import Request
 
@@ -329,9 +330,15 @@ class KVPool:
         peak = allocated[-1] if growing else max(allocated)
         if peak > self.peak_allocated:
             self.peak_allocated = peak
-        series.add_run(t_start, ends, num_tokens, size, allocated, internal,
-                       self.alloc.padding_slots, self.num_swap_blocks_used * self.block_size,
-                       blocked)
+        # series.add_run, inline (once per run of steps)
+        t1 = series._t1
+        t1 += ends
+        series._alloc += allocated
+        series._int += internal
+        series._runs.extend((t_start, len(ends), num_tokens, size, self.alloc.padding_slots,
+                             self.num_swap_blocks_used * self.block_size, blocked))
+        if len(t1) >= KV_BUFFER:
+            series.flush(whole=True)
 
     def summary(self) -> dict[str, Any]:
         """Memory metrics for the run summary (see docs/memory.md)."""

@@ -27,6 +27,10 @@ DUMMY_PLAN = StepPlan(1, 1, 0, 1)
 Coefficient = Annotated[float, Field(ge=0, le=MAX_STEP_SECONDS, allow_inf_nan=False)]
 
 
+#: a run of decode steps timed at once (LatencyModel.decode_ends)
+DecodeEnds = Callable[[float, float, int, int, float, list[float]], tuple[float, float]]
+
+
 class LatencyModel:
     """Maps a step's batch to its duration in seconds.
 
@@ -71,4 +75,14 @@ class LatencyModel:
         """``f`` with ``f(T) == step_time(StepPlan(num_seqs, T))`` exactly for every ``T``, or
         ``None``: a model without :meth:`decode_coefficients` can still spare the engine a
         plan per step of a run. Like the coefficients, asked once per batch size and run."""
+        return None
+
+    def decode_ends(self, num_seqs: int) -> DecodeEnds | None:
+        """``g`` that times a run of decode steps of ``num_seqs`` sequences at once, or
+        ``None``. ``g(t, busy, kv, steps, limit, ends)`` adds ``steps`` steps from ``t``,
+        the first reading ``kv`` KV tokens and each next ``num_seqs`` more, each timed as
+        :meth:`decode_step`'s ``f`` (the same floats), appending each end to ``ends`` and
+        its time to ``busy``, up to the first end at or after ``limit``; it returns ``(t,
+        busy)`` after the last step taken, and raises SimulationError at a step time that is
+        not positive. The engine's loop over ``f`` in one call (a call per step spared)."""
         return None

@@ -28,11 +28,13 @@ and kernel launch gaps beyond ``overhead`` are ignored.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from pydantic import Field, model_validator
 
+from orcasim.errors import SimulationError
 from orcasim.hardware import GPUSpec, ModelSpec
-from orcasim.latency.base import Coefficient, LatencyModel
+from orcasim.latency.base import Coefficient, DecodeEnds, LatencyModel
 from orcasim.model_specs import GPURef, ModelRef, model_label, resolve_gpu, resolve_model
 from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
@@ -118,9 +120,18 @@ class RooflineCost:
             contexts = plan.contexts
             if contexts is None:
                 contexts = [req.num_computed_tokens for req, _ in plan.scheduled]
-            pairs = 0
-            for (_, n), c in zip(plan.scheduled, contexts, strict=True):
-                pairs += n * c + n * (n + 1) // 2
+            # n * c + n * (n + 1) / 2 per request: c + 1 for a one-token request (most of a
+            # batch), so all are counted as that and the others corrected
+            pairs = sum(contexts) + len(contexts)
+            scheduled = plan.scheduled
+            if len(scheduled) != len(contexts):
+                raise ValueError("a plan has as many contexts as scheduled requests")
+            k = plan.num_singles  # the first k are one-token requests: nothing to correct
+            if k:
+                scheduled, contexts = scheduled[k:], contexts[k:]
+            for (_, n), c in zip(scheduled, contexts):  # noqa: B905 (lengths checked above)
+                if n != 1:
+                    pairs += (n - 1) * c + n * (n + 1) // 2 - 1
             return float(pairs)
         # aggregates only (decode-only policies): decode tokens attend to the KV tokens, and
         # the step's prefill sequences (fresh prompts) split the prefill tokens evenly
@@ -170,7 +181,8 @@ class RooflineLatency(LatencyModel):
 
     def step_time(self, plan: StepPlan) -> float:
         flops, mem, comm = self.cost.terms(plan)
-        t = max(flops / self.flops_rate, mem / self.byte_rate) + self.fixed
+        compute, memory = flops / self.flops_rate, mem / self.byte_rate
+        t = (memory if memory > compute else compute) + self.fixed  # max(compute, memory)
         if comm:
             t += comm / self.allreduce_rate
         return t
@@ -179,6 +191,10 @@ class RooflineLatency(LatencyModel):
         """:meth:`step_time` of an all-decode plan of ``num_seqs`` sequences as a function of
         its KV tokens: the terms that depend only on the batch are worked out once, and the
         rest in :meth:`RooflineCost.terms`' order (tests compare the two)."""
+        return self._decode_step(num_seqs, False)  # type: ignore[return-value]
+
+    def _decode_step(self, num_seqs: int, ends: bool) -> Callable[..., Any] | None:
+        """:meth:`decode_step` (``ends``: :meth:`decode_ends`) from the batch's terms."""
         cost = self.cost
         if type(self).step_time is not RooflineLatency.step_time or type(cost) is not RooflineCost:
             return None  # a subclass may count differently
@@ -198,4 +214,33 @@ class RooflineLatency(LatencyModel):
                 t += extra
             return t
 
-        return step_time
+        if not ends:
+            return step_time
+        name = self.type_name
+
+        def decode_ends(t: float, busy: float, kv: int, steps: int, limit: float,
+                        out: list[float]) -> tuple[float, float]:
+            append = out.append
+            for x in range(kv + b, kv + b * (steps + 1), b):  # x: step_time's kv + b
+                compute = (f0 + apf * x) / tp / fr  # (apf * x: x converted as float(x))
+                memory = (weights + kvb * x) / br
+                d = (memory if memory > compute else compute) + fixed
+                if comm:
+                    d += extra
+                if not d > 0.0:
+                    raise SimulationError(f"latency model {name!r} returned a step time of "
+                                          f"{d!r} s; it must be > 0")
+                t += d
+                busy += d
+                append(t)
+                if t >= limit:
+                    break
+            return t, busy
+
+        return decode_ends
+
+    def decode_ends(self, num_seqs: int) -> DecodeEnds | None:
+        """:meth:`LatencyModel.decode_ends` with :meth:`decode_step`'s arithmetic inline."""
+        if num_seqs < 1:
+            return None
+        return self._decode_step(num_seqs, True)  # type: ignore[return-value]

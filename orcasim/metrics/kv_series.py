@@ -11,6 +11,8 @@ so time-weighted means stay exact per bin and the run's totals exact.
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 
 from orcasim.metrics.series import BinnedSeries, expand_runs
@@ -22,6 +24,22 @@ _BUFFER = BUFFER
 #: a run's row: its start, its length, the tokens of its first step and their growth per
 #: step, its padding and swapped slots, and whether free memory was stranded (0 or 1)
 _RUN_FIELDS = 7
+
+
+def float_array(values: list[float], code: str = "d") -> np.ndarray:
+    """``np.array(values, dtype=np.float64)`` for a list of Python numbers, through their
+    packed bytes: the same doubles, at a third of the cost of numpy's per-item conversion.
+    ``code`` ``"q"``: the values are integers, packed as such (then converted, rounded to
+    nearest as numpy rounds an integer; one beyond 64 bits goes numpy's way). The format is
+    compiled here, not kept in the struct module's shared cache."""
+    if code == "q":
+        try:
+            packed = struct.Struct(f"{len(values)}q").pack(*values)
+        except struct.error:
+            return np.array(values, dtype=np.float64)
+        return np.frombuffer(packed, dtype=np.int64).astype(np.float64)
+    return np.frombuffer(struct.Struct(f"{len(values)}d").pack(*values),
+                         dtype=np.float64).copy()
 
 
 class KVSeries(BinnedSeries):
@@ -79,10 +97,10 @@ class KVSeries(BinnedSeries):
         n = m - m % _BUFFER if whole else m
         if not n:
             return
-        t1 = np.array(self._t1, dtype=np.float64)
-        alloc = np.array(self._alloc, dtype=np.float64)
-        internal = np.array(self._int, dtype=np.float64)
-        runs = np.array(self._runs, dtype=np.float64).reshape(-1, _RUN_FIELDS)
+        t1 = float_array(self._t1)
+        alloc = float_array(self._alloc, "q")
+        internal = float_array(self._int, "q")
+        runs = float_array(self._runs).reshape(-1, _RUN_FIELDS)
         k, first, t0 = expand_runs(t1, runs[:, 1], runs[:, 0])
         tok0, size, pad, swap, blk = (np.repeat(runs[:, i], k) for i in range(2, 7))
         since = np.arange(m) - np.repeat(first, k)  # steps since the run's first

@@ -181,6 +181,7 @@ class VllmV1(VllmRuns, LazyDecode, Scheduling, Admission, Output, TokenPolicy):
                                  enable_caching=params.enable_prefix_caching,
                                  max_model_len=params.max_model_len,
                                  pool=self.pool.block_pool if self.pool is not None else None)
+        self._usable = self.kv.pool.num_usable_blocks  # held blocks: these less the free ones
         self.priority = params.policy == "priority"
         self.watermark_blocks = int(params.watermark * params.num_blocks)
         self._set_limits()

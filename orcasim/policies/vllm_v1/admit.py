@@ -91,8 +91,9 @@ class Admission(PolicyState):
                 running.append(req)
                 kind = KIND_RESUMED if req.num_preemptions else KIND_NEW
                 if kind == KIND_NEW:
-                    self.num_prompt_tokens_admitted += req.prompt_len
-                    self.num_prefix_hit_tokens += min(num_hit, req.prompt_len)
+                    prompt_len = req.prompt_len
+                    self.num_prompt_tokens_admitted += prompt_len
+                    self.num_prefix_hit_tokens += num_hit if num_hit < prompt_len else prompt_len
                 e = [req, n, num_hit, kind, False]  # advanced by the pass below
                 if priority:
                     scheduled[req.id] = e
@@ -187,8 +188,9 @@ class Admission(PolicyState):
                     kind = KIND_RESUMED
                 else:
                     kind = KIND_NEW
-                    self.num_prompt_tokens_admitted += req.prompt_len
-                    self.num_prefix_hit_tokens += min(num_hit, req.prompt_len)
+                    prompt_len = req.prompt_len
+                    self.num_prompt_tokens_admitted += prompt_len
+                    self.num_prefix_hit_tokens += num_hit if num_hit < prompt_len else prompt_len
                 c = num_hit + n
                 emits = c >= known
                 append([req, n, num_hit, kind, emits])

@@ -40,6 +40,7 @@ class ChainedRuns(PolicyState):
     _schedule_lazily: Any  # LazyDecode._schedule_lazily
     _retire_finished: Any  # LazyDecode._retire_finished
     _plan: Any  # Output._plan
+    _usable: int  # the cache manager's pool's usable blocks
 
     def _chainable(self) -> bool:
         """Whether a finish inside a run changes nothing but the batch: nobody waits, and
@@ -75,7 +76,8 @@ class ChainedRuns(PolicyState):
         for i, r in enumerate(listed):
             base = r.num_computed_tokens - count
             total += base
-            heappush(items, (min(r.output_len + (r.prompt_len or 1), max_len) - 1 - base,
+            last = r.output_len + (r.prompt_len or 1)  # min(last, max_len), written out
+            heappush(items, ((last if last < max_len else max_len) - 1 - base,
                              -1 - i, r))
         n = len(items)
         end = count + left - 1  # the count the first run ends at
@@ -138,7 +140,7 @@ class ChainedRuns(PolicyState):
         s = len(ends)
         pool = self.pool
         series = pool is not None and pool.series is not None
-        alloc = kv.pool.num_held_blocks * bs if series else 0
+        alloc = (self._usable - kv.pool.free_queue.num_free_blocks) * bs if series else 0
         allocs: list[int] = []
         new = g.boundary_blocks(d, d + s, alloc, allocs)
         if new and not kv.append_blocks(new):

@@ -71,7 +71,8 @@ class DecodeGroup:
         self.pairs.append((req, 1))
         self.buckets[base % self.block_size].append(req)
         # it samples its last token in the step whose output brings the count to ``last``
-        last = min(req.output_len + (req.prompt_len or 1), max_model_len) - 1 - base
+        last = req.output_len + (req.prompt_len or 1)  # min(last, max_model_len), written out
+        last = (last if last < max_model_len else max_model_len) - 1 - base
         heapq.heappush(self.heap, (last, self._next, req))
         self._next += 1
 

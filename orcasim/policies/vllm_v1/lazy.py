@@ -43,6 +43,7 @@ class LazyDecode(PolicyState):
     _update_at_end: bool
     _run_t0: float
     _retire: Any  # Output._retire
+    _usable: int  # the cache manager's pool's usable blocks
 
     def _schedule_lazily(self) -> StepOutput | None:
         """The schedule call when every running request decodes one token in a block it
@@ -238,7 +239,7 @@ class LazyDecode(PolicyState):
         pool = self.pool
         series = pool is not None and pool.series is not None
         # the allocator's allocated_slots: the blocks its pool (the cache manager's) holds
-        alloc = kv.pool.num_held_blocks * bs if series else 0
+        alloc = (self._usable - kv.pool.free_queue.num_free_blocks) * bs if series else 0
         allocs = [alloc]
         new = g.boundary_blocks(d, d + last, alloc, allocs)
         if new and not kv.append_blocks(new):

@@ -163,6 +163,7 @@ class Output(PolicyState):
         decode = out.num_decode
         plan = StepPlan(len(pairs), sum(contexts), out.num_tokens - decode, decode, pairs,
                         contexts)
+        plan.num_singles = n  # the members decode one token each
         out.plan = plan
         return plan
 

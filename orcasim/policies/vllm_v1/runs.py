@@ -94,12 +94,17 @@ class VllmRuns(ChainedRuns):
             # computed = known tokens: all sample
             if len(listed) == 1:
                 r = listed[0]
-                left = min(r.output_len - r.num_output_tokens, max_len - r.num_computed_tokens)
+                left = r.output_len - r.num_output_tokens  # (min of two, written out)
+                room = max_len - r.num_computed_tokens
+                if room < left:
+                    left = room
             else:
                 left = min(min(map(sub, map(_output_len, listed), map(_num_output, listed))),
                            max_len - max(map(_computed, listed)))
             if n:  # a member samples its last token when the count reaches its last
-                left = min(left, g.heap[0][0] - g.count + 1)
+                first = g.heap[0][0] - g.count + 1
+                if first < left:
+                    left = first
         else:
             left = g.heap[0][0] - g.count + 1
         free = self.kv.pool.free_queue.num_free_blocks

@@ -86,10 +86,12 @@ class Scheduling(PolicyState):
         max_len, bs, usable = self._fit
         for req in reversed(fresh):
             prompt_len = req.prompt_len
+            need = (prompt_len or 1) + req.output_len - 1  # its slots alone, at most max_len
+            if need > max_len:
+                need = max_len
             if (prompt_len > max_len  # misfit's tests, inline; misfit says why
-                    or (min((prompt_len or 1) + req.output_len - 1, max_len) + bs - 1) // bs
-                    > usable) and (found := misfit(prompt_len, req.output_len,
-                                                   self.params)) is not None:
+                    or (need + bs - 1) // bs > usable) and (found := misfit(
+                        prompt_len, req.output_len, self.params)) is not None:
                 if not priority:
                     waiting.remove(req)
                 ctx.reject(req, found[0])

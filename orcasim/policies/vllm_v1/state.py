@@ -54,7 +54,7 @@ class Seq:
 
     def __init__(self, req: Request) -> None:
         self.status = WAITING
-        self.num_prompt = max(req.prompt_len, 1)
+        self.num_prompt = req.prompt_len or 1  # max(prompt_len, 1): it is never negative
         self.num_placeholders = 0
         self.num_in_flight = 0
         self.num_stale = 0
