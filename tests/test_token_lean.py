@@ -11,13 +11,15 @@ import pytest
 
 import orcasim
 from orcasim.engine import Engine
+from orcasim.policies.common import BatchPolicy
 from orcasim.policies.keyed import KeyedPolicy
 from orcasim.simulation import build_model, generate_workload
 from tests.test_batch_runs import TOKEN_POLICIES, assert_identical, snapshot, spy_ended
 from tests.test_token_loop import CLASSES
 
 #: (class, switch) of each lean path
-SWITCHES = {"keyed-admission": (KeyedPolicy, "lean_admission")}
+SWITCHES = {"keyed-admission": (KeyedPolicy, "lean_admission"),
+            "backlog-admission": (BatchPolicy, "lean_backlog")}
 
 KEYED = ["priority-preempt", "priority-classes", "priority-aging", "srpt", "sjf", "edf"]
 EXTRA = {
@@ -26,7 +28,11 @@ EXTRA = {
     "srpt-oracle": {"type": "srpt"},
     "sjf-whole-prompts": {"type": "sjf", "chunked_prefill": False, "token_budget": 150},
     "edf-preempt": {"type": "edf", "preempt": True, "default_deadline": 5.0},
+    "fcfs-whole-prompts": {"type": "fcfs", "chunked_prefill": False, "token_budget": 150},
+    "prefill-first-small-budget": {"type": "prefill-first", "token_budget": 150},
 }
+FIRST_COME = ["fcfs", "sarathi", "sarathi-tiny-budget", "prefill-first", "decode-first",
+              "fcfs-whole-prompts", "prefill-first-small-budget"]
 
 
 def policy_of(name: str) -> dict:
@@ -62,5 +68,14 @@ def run_switched(policy: dict, switch: str, rate: float, fast_paths: bool, n: in
 @pytest.mark.parametrize("name", KEYED + list(EXTRA))
 def test_keyed_admission_equals_the_general_steps(name, rate, fast_paths):
     on, off = run_switched(policy_of(name), "keyed-admission", rate, fast_paths)
+    assert_identical(off, on)
+    assert on["events"] == off["events"]
+
+
+@pytest.mark.parametrize("fast_paths", [True, False])
+@pytest.mark.parametrize("rate", [30.0, 2.0])
+@pytest.mark.parametrize("name", FIRST_COME)
+def test_backlog_admission_equals_the_general_steps(name, rate, fast_paths):
+    on, off = run_switched(policy_of(name), "backlog-admission", rate, fast_paths)
     assert_identical(off, on)
     assert on["events"] == off["events"]
