@@ -13,13 +13,15 @@ import orcasim
 from orcasim.engine import Engine
 from orcasim.policies.common import BatchPolicy
 from orcasim.policies.keyed import KeyedPolicy
+from orcasim.policies.prefill_first import PrefillFirst
 from orcasim.simulation import build_model, generate_workload
 from tests.test_batch_runs import TOKEN_POLICIES, assert_identical, snapshot, spy_ended
 from tests.test_token_loop import CLASSES
 
 #: (class, switch) of each lean path
 SWITCHES = {"keyed-admission": (KeyedPolicy, "lean_admission"),
-            "backlog-admission": (BatchPolicy, "lean_backlog")}
+            "backlog-admission": (BatchPolicy, "lean_backlog"),
+            "prefill-first-plan": (PrefillFirst, "lean_plan")}
 
 KEYED = ["priority-preempt", "priority-classes", "priority-aging", "srpt", "sjf", "edf"]
 EXTRA = {
@@ -77,5 +79,14 @@ def test_keyed_admission_equals_the_general_steps(name, rate, fast_paths):
 @pytest.mark.parametrize("name", FIRST_COME)
 def test_backlog_admission_equals_the_general_steps(name, rate, fast_paths):
     on, off = run_switched(policy_of(name), "backlog-admission", rate, fast_paths)
+    assert_identical(off, on)
+    assert on["events"] == off["events"]
+
+
+@pytest.mark.parametrize("fast_paths", [True, False])
+@pytest.mark.parametrize("rate", [30.0, 2.0])
+@pytest.mark.parametrize("name", ["prefill-first", "prefill-first-small-budget"])
+def test_prefill_first_plan_equals_the_general_steps(name, rate, fast_paths):
+    on, off = run_switched(policy_of(name), "prefill-first-plan", rate, fast_paths)
     assert_identical(off, on)
     assert on["events"] == off["events"]
