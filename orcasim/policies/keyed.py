@@ -194,9 +194,10 @@ class KeyedPolicy(BatchPolicy):
             if own_admitted:  # (admitted: the key as it was queued)
                 if static:
                     x = keys[head] = entry[:w] if w else entry[0]
-                else:
-                    x = rank(head)
-                self._place(head, x)
+                    if self._ordered is not None:
+                        self._place(head, x)
+                elif self._ordered is not None:
+                    self._place(head, rank(head))
             else:
                 self.admitted(head)
         return budget
