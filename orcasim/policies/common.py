@@ -30,9 +30,11 @@ from typing import Any, ClassVar, Literal
 import simpy
 from pydantic import Field
 
+from orcasim.backlog import Backlog
 from orcasim.context import SchedulerContext
 from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
+from orcasim.policies.backlog_admit import admit_from_backlog
 from orcasim.policies.base import PolicyParams, TokenPolicy, slots_field
 from orcasim.policies.decode_pool import DecodePool
 from orcasim.policies.pooled import PooledPlans
@@ -67,6 +69,8 @@ class BatchPolicy(PooledPlans, TokenPolicy):
     models_kv_memory: ClassVar[bool] = True
     #: whether :meth:`victim` is consulted when the batch is full
     preemptive: bool = False
+    #: off: :meth:`admit_waiting` takes its general steps on a lazy source's backlog too
+    lean_backlog: ClassVar[bool] = True
 
     def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
@@ -276,6 +280,9 @@ class BatchPolicy(PooledPlans, TokenPolicy):
         if not swapped and (budget <= 0 or (
                 slots.count >= slots.capacity and not preemptive) or not waiting):
             return budget  # (what the loop below finds at once)
+        if type(waiting) is Backlog and mem is None and not preemptive and self.lean_backlog:
+            return admit_from_backlog(self, waiting, scheduled, budget,
+                                      type(self).admitted is not BatchPolicy.admitted)
         running = self.running
         while budget > 0:
             if swapped and (not waiting or self.swap_first(swapped[0], waiting[0])):

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from orcasim.context import SchedulerContext
 from orcasim.params import ComponentParams
-from orcasim.policies.common import ONE, BatchPolicy
+from orcasim.policies.common import ONE, BatchPolicy, unschedule
 from orcasim.policies.keys import KeyCache
 from orcasim.policies.queues import KeyedQueue
 from orcasim.request import Request
@@ -35,6 +35,8 @@ class KeyedPolicy(BatchPolicy):
     #: if every key is a tuple of this many items: the waiting queue's entries are flat (see
     #: :class:`~orcasim.policies.queues.KeyedQueue`); 0: keys of any kind
     key_width: ClassVar[int] = 0
+    #: off: :meth:`admit_waiting` takes the general steps of :class:`BatchPolicy`
+    lean_admission: ClassVar[bool] = True
 
     def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
@@ -52,6 +54,9 @@ class KeyedPolicy(BatchPolicy):
         #: that order: a decode step's entries (see :meth:`decode_entries`)
         self._entries: list[tuple[Request, int]] | None = None
         self._entries_of: list[Request] | None = None
+        #: whether the hook below :meth:`admitted` is the plain one (which does nothing)
+        self._plain_admitted = (getattr(super().admitted, "__func__", None)
+                                is BatchPolicy.admitted)
 
     def key(self, req: Request) -> Any:
         """Sort key of ``req`` (smaller runs first); computed when it is queued."""
@@ -107,9 +112,15 @@ class KeyedPolicy(BatchPolicy):
             if popped is not None and popped[-1] is req:
                 self._keys[req] = waiting.entry_key(popped)
         ordered = self._ordered
-        if ordered is not None:  # after its equals (insort_right), in one look if it is last
+        if ordered is not None:
+            self._place(req, self.rank(req))
+
+    def _place(self, req: Request, x: Any) -> None:
+        """Put just admitted ``req``, of rank ``x``, into the kept running order (and its
+        entries): after its equals (insort_right), in one look if it is last."""
+        ordered = self._ordered
+        if ordered is not None:
             rank = self.rank
-            x = rank(req)
             entries = self._entries if self._entries_of is ordered else None
             if entries is not None and len(entries) != len(ordered):
                 entries = self._entries = None
@@ -122,6 +133,74 @@ class KeyedPolicy(BatchPolicy):
                 ordered.insert(at, req)
                 if entries is not None:
                     entries.insert(at, (req, 1))
+
+    def admit_waiting(self, scheduled: list[tuple[Request, int]], budget: int) -> int:
+        """:meth:`BatchPolicy.admit_waiting` from a :class:`KeyedQueue` without memory
+        limits, the same steps with the queue's entries at hand: the head's key (for the
+        victim and the running order) is its entry's."""
+        ctx = self.ctx
+        waiting = ctx.waiting
+        slots = ctx.slots
+        preemptive = self.preemptive
+        if budget <= 0 or not waiting or (slots.count >= slots.capacity and not preemptive):
+            return budget
+        if self.mem is not None or type(waiting) is not KeyedQueue or not self.lean_admission:
+            return super().admit_waiting(scheduled, budget)
+        kind = type(self)
+        own_victim = kind.victim is KeyedPolicy.victim
+        own_admitted = kind.admitted is KeyedPolicy.admitted and self._plain_admitted
+        static = self.static_keys
+        keys = self._keys
+        rank = self.rank
+        running = self.running
+        w = waiting._width
+        top, popleft, admit = waiting.top, waiting.popleft, ctx.admit
+        while budget > 0 and waiting:
+            if slots.count >= slots.capacity:
+                if not preemptive:
+                    break
+                entry = top()
+                if own_victim:  # (KeyedPolicy.victim, with the head's key from its entry)
+                    if not running:
+                        break
+                    victim = self.memory_victim()
+                    if not (entry[:w] if w else entry[0]) < rank(victim):
+                        break
+                else:
+                    victim = self.victim(entry[-1])
+                    if victim is None:
+                        break
+                budget += unschedule(scheduled, victim)
+                self.preempt(victim, "priority")
+                continue
+            entry = top()
+            head = entry[-1]
+            need = (head.prompt_len or 1) + head.num_output_tokens - head.num_computed_tokens
+            if need > budget:
+                if self.chunked:
+                    need = budget
+                elif scheduled:
+                    break  # head-of-line: it waits for a step with room
+                elif head.num_output_tokens == 0 and need > self.params.token_budget:
+                    popleft()
+                    ctx.reject(head, "prompt_too_long")
+                    continue
+            popleft()
+            admit(head)
+            running.append(head)
+            self.decoding = None  # the batch changed
+            scheduled.append((head, need))
+            budget -= need
+            if own_admitted:  # (admitted: the key as it was queued)
+                if static:
+                    x = keys[head] = entry[:w] if w else entry[0]
+                    if self._ordered is not None:
+                        self._place(head, x)
+                elif self._ordered is not None:
+                    self._place(head, rank(head))
+            else:
+                self.admitted(head)
+        return budget
 
     def release(self, req: Request) -> None:
         super().release(req)

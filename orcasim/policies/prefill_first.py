@@ -11,10 +11,15 @@ prompts arrive. A prompt larger than the token budget is rejected
 
 from __future__ import annotations
 
+from functools import partial
+from typing import ClassVar
+
 from pydantic import Field
 
+from orcasim.plan import StepPlan
 from orcasim.policies.base import slots_field
 from orcasim.policies.common import BatchPolicy, MemoryParams
+from orcasim.policies.pooled import plain_contexts, tally
 from orcasim.registry import policies
 from orcasim.request import Request
 
@@ -24,6 +29,8 @@ class PrefillFirst(BatchPolicy):
     """Prompt-only steps whenever a new request can be admitted; decode steps otherwise."""
 
     runs_unchanged = True
+    #: off: :meth:`ready_plan` is the general one (``schedule``, then ``make_plan``)
+    lean_plan: ClassVar[bool] = True
 
     class Params(MemoryParams):
         max_batch: int = slots_field(32)
@@ -39,3 +46,32 @@ class PrefillFirst(BatchPolicy):
 
     def decode_budget(self) -> int:
         return 1 << 62  # decode steps are not limited by the (prompt) token budget
+
+    def ready_plan(self) -> StepPlan | None:  # type: ignore[override]
+        """:meth:`BatchPolicy.ready_plan` with this policy's :meth:`schedule`, a prompt-only
+        step planned at once: its requests, just admitted, are none of the decode pool's
+        members, so :meth:`make_plan` would count each of them (``tally``)."""
+        kind = type(self)
+        if (not self.lean_plan or self.mem is not None or kind.schedule is not PrefillFirst.schedule
+                or kind.make_plan is not BatchPolicy.make_plan
+                or kind.decode_budget is not PrefillFirst.decode_budget):
+            return super().ready_plan()
+        ctx = self.ctx
+        src = ctx.source
+        if src is not None:  # (ctx.poll_arrivals)
+            now = ctx.env._now
+            if src.pending_until(now):
+                src.flush(now)
+        if ctx.waiting:
+            scheduled: list[tuple[Request, int]] = []
+            self.admit_waiting(scheduled, self.params.token_budget)
+            if scheduled:  # (PooledPlans.make_plan, with no member of the pool among them)
+                self._decodes = None
+                kv, prefill, decode, left = tally(scheduled, 0, 0, 0, 1 << 62)
+                plan = StepPlan(len(scheduled), kv, prefill, decode, scheduled,
+                                partial(plain_contexts, scheduled))
+                self._left = (plan, left)
+                self._pooled = (plan, 0, scheduled)
+                return self.planned(plan)
+        scheduled = self.schedule_running(1 << 62)[0]
+        return self.planned(self.make_plan(scheduled)) if scheduled else None

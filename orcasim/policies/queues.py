@@ -85,8 +85,8 @@ class KeyedQueue(Released):
     head (or the queue is iterated), so one that waits costs its entry alone.
     """
 
-    __slots__ = ("_heap", "_index_keys", "_key", "_lazy", "_live", "_make", "_of_row", "_seq",
-                 "_top", "_width", "popped")
+    __slots__ = ("_arrival", "_heap", "_index_keys", "_key", "_lazy", "_live", "_make", "_of_row",
+                 "_seq", "_top", "_width", "popped")
 
     def __init__(self, key: Callable[[Request], Any], width: int = 0,
                  index_keys: Callable[[Any], Callable[[int], Any] | None] | None = None) -> None:
@@ -95,7 +95,8 @@ class KeyedQueue(Released):
         self._width = width
         self._index_keys = index_keys
         self._of_row: Callable[[int], Any] | None = None  # a row's key (a lazy source's)
-        self._make: Callable[[int], Request] | None = None  # a row's request
+        self._make: Callable[[int, float], Request] | None = None  # a row's request
+        self._arrival: Any = None  # (and the arrival time it is made with)
         self._lazy = 0  # entries that hold a workload index (all live)
         self._heap: list[tuple[Any, ...]] = []
         self._live: dict[int, int] = {}  # id(request) -> seq of its live entry
@@ -127,14 +128,14 @@ class KeyedQueue(Released):
         src = backlog._source
         of_row = self._index_keys(src) if self._index_keys is not None else None
         if of_row is not None:
-            arrival, request = src._arrival, src._request
             self._of_row = of_row
-            self._make = lambda i: request(i, arrival[i])
+            self._make, self._arrival = src._request, src._arrival
         return self
 
     def _made(self, entry: tuple[Any, ...]) -> tuple[Any, ...]:
         """``entry`` of a workload index, with the index made into its request (now live)."""
-        req = self._make(entry[-1])  # type: ignore[misc]
+        i = entry[-1]
+        req = self._make(i, self._arrival[i])  # type: ignore[misc]
         self._live[id(req)] = entry[-2]
         self._lazy -= 1
         return (*entry[:-1], req)
@@ -218,11 +219,14 @@ class KeyedQueue(Released):
         heap, live = self._heap, self._live
         while heap:
             entry = heap[0]
-            if type(entry[-1]) is int:  # a workload index: its request now
-                entry = heap[0] = self._made(entry)
-                self._top = entry
+            x = entry[-1]
+            if type(x) is int:  # a workload index: its request now (as _made)
+                req = self._make(x, self._arrival[x])  # type: ignore[misc]
+                live[id(req)] = entry[-2]
+                self._lazy -= 1
+                entry = heap[0] = self._top = (*entry[:-1], req)
                 return entry
-            if live.get(id(entry[-1])) == entry[-2]:
+            if live.get(id(x)) == entry[-2]:
                 self._top = entry
                 return entry
             heapq.heappop(heap)
