@@ -21,6 +21,7 @@ or when the loop hands a boundary back.
 from __future__ import annotations
 
 from heapq import heappop, heappush
+from itertools import accumulate, cycle, islice
 from typing import TYPE_CHECKING, Any
 
 from orcasim.errors import SimulationError
@@ -64,18 +65,7 @@ class KVDecodeLoop(KVLoopAdmission, FcfsDecodeLoop):
         self.light = (not src._attrs and policy.victim_rule == "last_admitted"  # type: ignore[attr-defined]
                       and type(policy)._recompute_newest is RECOMPUTE_NEWEST
                       and self.rec.set_row_source(src, src._arrival, src._prompt, src._output))
-        kv = self.kv
-        alloc = kv.alloc
-        growth = self.growth
-        batch = self.batch
-        backlog: Any = ctx.waiting
-        self._admit_state = (
-            ctx, policy, batch, batch._heap, batch._members, batch._free_slots, backlog,
-            backlog._head, src, src._arrival, src._prompt, src._output, ctx.slots,
-            ctx.slots.capacity, kv, alloc, alloc.held, alloc._internal, growth, growth.phases,
-            growth._plan, growth._events, growth.bs, alloc.capacity_units,
-            policy.keep_free,  # type: ignore[attr-defined]
-            policy._max_len, policy._admit_counted, self.light)  # type: ignore[attr-defined]
+        self._admit_at = self._admission(policy, self.light)
 
     @classmethod
     def applies(cls, engine: Engine) -> bool:
@@ -185,6 +175,7 @@ class KVDecodeLoop(KVLoopAdmission, FcfsDecodeLoop):
         num_blocks = alloc.capacity_units
         growth = self.growth
         phases = growth.phases
+        two_phases = phases * 2  # (the same dicts: a run of up to bs rounds is a slice)
         bs = growth.bs
         covered = growth.covered
         grow_events = growth._events
@@ -289,17 +280,20 @@ class KVDecodeLoop(KVLoopAdmission, FcfsDecodeLoop):
                 except ValueError as err:
                     raise SimulationError(f"a run of decode steps: {err}") from None
             else:
-                allocated = [used * bs]
-                if steps > 1:
-                    append = allocated.append
-                    for r in range(step + 1, last + 1):
-                        used += len(phases[r % bs])
-                        append(used * bs)
+                if steps > 1:  # the blocks in use after each round: its phase's members
+                    r = (step + 1) % bs
+                    due = map(len, two_phases[r:r + steps - 1] if steps <= bs
+                              else islice(cycle(phases), r, r + steps - 1))
+                    allocated = list(accumulate(due, initial=used))
+                    used = allocated[-1]
                     if used > num_blocks:  # (covered: never)
                         raise SimulationError(f"a run of decode steps: rounds {step + 1} to "
                                               f"{last} need more blocks than are free")
                     alloc.num_free_blocks = num_blocks - used
                     growth.last_round = last
+                    allocated = list(map(bs.__mul__, allocated))
+                else:
+                    allocated = [used * bs]
                 slots_int = alloc.internal_slots
                 if grow_events and grow_events[0][0] <= last:  # members take their final
                     internals = []  # blocks (DecodeGrowth.end_round): internal slots from then
