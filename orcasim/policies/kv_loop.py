@@ -29,8 +29,9 @@ from orcasim.metrics.kv_series import BUFFER as KV_BUFFER
 from orcasim.metrics.request_rows import DONE_BLOCK
 from orcasim.policies.decode_loop import FcfsDecodeLoop
 from orcasim.policies.kv_loop_admit import KVLoopAdmission
-from orcasim.policies.kv_preempt import KVPreemption, row_request
-from orcasim.request import Request, RequestState
+from orcasim.policies.kv_loop_rows import KVLoopRows
+from orcasim.policies.kv_preempt import KVPreemption
+from orcasim.request import RequestState
 
 if TYPE_CHECKING:
     from orcasim.engine import Engine
@@ -38,11 +39,9 @@ if TYPE_CHECKING:
 FINISHED = RequestState.FINISHED
 #: the preemption that takes rows (a replacement would see requests only)
 RECOMPUTE_NEWEST = KVPreemption._recompute_newest
-#: stands for a member that left the batch in a stale entry of its finish heap
-GONE = Request(-1, 0.0, 0, 0)
 
 
-class KVDecodeLoop(KVLoopAdmission, FcfsDecodeLoop):
+class KVDecodeLoop(KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
     """Whole runs of a first-come-first-served decode batch in a paged pool (see the module)."""
 
     #: off: the engine takes every run through the policy's and recorder's methods
@@ -117,23 +116,6 @@ class KVDecodeLoop(KVLoopAdmission, FcfsDecodeLoop):
         finally:
             if self.light:
                 self._to_requests()
-
-    def _to_requests(self) -> None:
-        """The batch's rows become :class:`~orcasim.request.Request` objects, as the policy's
-        own steps would have them; a row's entry in the batch's finish heap that is stale
-        (the row was preempted, and became a request then) becomes :data:`GONE`'s."""
-        members, heap, src = self.batch._members, self.batch._heap, self.source
-        made: dict[int, Request] = {}  # by the id of the list it replaces
-        for at, (done_at, seq, m) in enumerate(heap):
-            if type(m) is list:
-                if members.get(seq) is m:
-                    made[id(m)] = members[seq] = req = row_request(src, m, seq)
-                    heap[at] = (done_at, seq, req)
-                else:
-                    heap[at] = (done_at, seq, GONE)
-        if made:
-            policy: Any = self.policy
-            policy._joined = [made.get(id(m), m) for m in policy._joined]
 
     def _advance(self, busy: float, runs: list[tuple[float, int, int, int]]
                  ) -> tuple[float, float]:
@@ -221,10 +203,16 @@ class KVDecodeLoop(KVLoopAdmission, FcfsDecodeLoop):
                     if miss is not None and first is miss[0]:
                         if refused_again(miss, keep):
                             policy._blocked = True  # the head is refused again
-                    elif max_len is None or max(first.prompt_len, 1) + first.output_len <= max_len:
-                        p = first.prompt_len
-                        need = -(-((p if p > 0 else 1) + first.num_output_tokens) // bs)
-                        if need + keep > alloc.num_free_blocks and need <= num_blocks:
+                    else:
+                        if type(first) is list:  # a preempted row
+                            k = first[0]
+                            p, o, out = prompt[k], output[k], first[5]
+                        else:
+                            p, o, out = first.prompt_len, first.output_len, first.num_output_tokens
+                        p = p if p > 0 else 1
+                        need = -(-(p + out) // bs)
+                        if ((max_len is None or p + o <= max_len)
+                                and need + keep > alloc.num_free_blocks and need <= num_blocks):
                             policy._blocked = True  # refused for now (try_join)
                             policy._miss = (first, need, 0, 0)
                 if not policy._blocked and not admit_at(now, step):
@@ -331,7 +319,10 @@ class KVDecodeLoop(KVLoopAdmission, FcfsDecodeLoop):
                 t_first = ends[0]
                 for m in joined:
                     if type(m) is list:
-                        m[2] = t_first
+                        if m[2] is None:
+                            m[2] = t_first
+                        else:  # a preempted row resumed: its own gap
+                            rec.record_itl(t_first - m[7])
                     elif m.first_token is None:
                         m.first_token = t_first
                     else:  # resumed after a preemption: its own gap

@@ -7,16 +7,18 @@ source's backlog, first come first served while the blocks of each one's
 known tokens fit, stopping at the first that does not (head of line). A
 request of the backlog joins as a workload row ``[index, first scheduled,
 first token, slot, finish step]`` (``light``), not as a
-:class:`~orcasim.request.Request`; one refused is made a request and put
-back. What the loop does not do itself (a rejection, an error, a step in
-flight) goes to ``_admit_counted`` from there on.
+:class:`~orcasim.request.Request`; one refused stays in the backlog, and a
+row preempted (waiting in front, see
+:mod:`~orcasim.policies.kv_loop_rows`) joins again as a row. What the loop
+does not do itself (a rejection, an error, a step in flight) goes to
+``_admit_counted`` from there on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from heapq import heappop, heappush
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orcasim.request import RequestState
 
@@ -25,6 +27,9 @@ RUNNING = RequestState.RUNNING
 
 class KVLoopAdmission:
     """:meth:`_admission`, for :class:`~orcasim.policies.kv_loop.KVDecodeLoop`."""
+
+    if TYPE_CHECKING:  # KVLoopRows'
+        def _queued_requests(self) -> None: ...
 
     def _admission(self, policy: Any, light: bool) -> Callable[[float, int], bool]:
         """Admission at the boundary of batch step ``step`` at ``now`` (its round done), with
@@ -37,7 +42,7 @@ class KVLoopAdmission:
         backlog = ctx.waiting
         head = backlog._head
         src = ctx.source
-        arrival, prompt, output = src._arrival, src._prompt, src._output
+        prompt, output = src._prompt, src._output
         slots = ctx.slots
         cap = slots.capacity
         kv = policy.kv
@@ -48,9 +53,11 @@ class KVLoopAdmission:
         bs = growth.bs
         num_blocks = alloc.capacity_units
         keep_free, max_len, admit = policy.keep_free, policy._max_len, policy._admit_counted
+        queued_requests = self._queued_requests  # (the policy's path sees requests only)
 
         def admit_at(now: float, step: int) -> bool:
             if not light or ctx.busy_until > now:
+                queued_requests()
                 if not admit(cap - slots.count):
                     return False  # (something else takes part: the policy's own path)
             else:  # (KVAdmission._admit_counted) those put back, then the backlog's rows
@@ -68,11 +75,12 @@ class KVLoopAdmission:
                 while room:
                     if head:
                         m = head[0]
-                        p = m.prompt_len
+                        if type(m) is list:  # a preempted row (see KVLoopRows)
+                            rid = m[0]
+                            p, o, out = prompt[rid], output[rid], m[5]
+                        else:
+                            p, o, out, rid = m.prompt_len, m.output_len, m.num_output_tokens, m.id
                         p1 = p if p > 0 else 1
-                        out = m.num_output_tokens
-                        o = m.output_len
-                        rid = m.id
                         need = -(-(p1 + out) // bs)
                         if (max_len is not None and p1 + o > max_len) or rid in held:
                             rest = True
@@ -88,14 +96,18 @@ class KVLoopAdmission:
                             rest = True
                             break
                         head.popleft()
-                        if m.state != RUNNING:  # (SchedulerContext.admit)
+                        if type(m) is list:  # preempted, scheduled before
                             slots.count += 1
-                            m.state = RUNNING
-                        if m.first_scheduled is None:
-                            m.first_scheduled = now
-                            ctx.num_started += 1
-                        m._batch_seq = seq
-                        m._done_at = step + o - out
+                            m[4] = step + o - out
+                        else:
+                            if m.state != RUNNING:  # (SchedulerContext.admit)
+                                slots.count += 1
+                                m.state = RUNNING
+                            if m.first_scheduled is None:
+                                m.first_scheduled = now
+                                ctx.num_started += 1
+                            m._batch_seq = seq
+                            m._done_at = step + o - out
                         heappush(heap, (step + o - out, seq, m))
                         kv_added += p + out
                     else:
@@ -113,11 +125,8 @@ class KVLoopAdmission:
                                                                and p1 + o > max_len):
                                 rest = True
                                 break
-                            m = src._request(k, arrival[k])
-                            k += 1
-                            head.appendleft(m)
-                            policy._blocked = True  # refused (try_join)
-                            policy._miss = (m, need, 0, 0)
+                            policy._blocked = True  # refused (try_join): it stays in the
+                            policy._miss = None  # backlog, tried again at the next boundary
                             break
                         m = [k, now, None, 0, step + o]
                         heappush(heap, (step + o, seq, m))
@@ -167,8 +176,10 @@ class KVLoopAdmission:
                     if a > kv.peak_allocated:
                         kv.peak_allocated = a
                 backlog._lo = k
-                if rest and not admit(room):
-                    return False
+                if rest:
+                    queued_requests()
+                    if not admit(room):
+                        return False
             return True
 
         return admit_at
