@@ -114,7 +114,9 @@ class KVPreemption:
         alloc = kv.alloc
         held = alloc.held
         internal = alloc._internal
-        leave = self.growth.leave  # type: ignore[union-attr]
+        growth: Any = self.growth
+        leave = growth.leave
+        plan, phases, bs = growth._plan, growth.phases, growth.bs
         preempted = ctx.preempted
         released = kv._released
         requeue = ctx.waiting.appendleft
@@ -151,7 +153,20 @@ class KVPreemption:
             so a slot and blocks given back are counts)."""
             k = row[0]
             src = ctx.source
-            leave(k)
+            g = plan.pop(k, None)  # (DecodeGrowth.leave)
+            if g is None:
+                blocks = held.pop(k)
+            else:
+                blocks, first, growths, gseq, _ = g
+                r = growth.last_round
+                if r >= first:
+                    blocks += min(growths, (r - first) // bs + 1)
+                phases[first % bs].pop(gseq, None)
+                pending = growth._pending
+                if gseq in pending:  # due this round, preempted before it got its block
+                    pending.discard(gseq)
+                    blocks -= 1
+                del held[k]
             p = src._prompt[k]
             out = src._output[k] - (row[4] - batch.num_steps)
             del members[seq]
@@ -170,7 +185,7 @@ class KVPreemption:
             counts["kv_full"] = counts.get("kv_full", 0) + 1
             ctx.num_recomputed_tokens += (p if p > 0 else 1) + out - 1
             alloc.internal_slots -= internal.pop(k, 0)
-            alloc.num_free_blocks += held.pop(k)
+            alloc.num_free_blocks += blocks
             kv.num_releases += 1  # (KVPool._released)
             requeue(row)
             return k
