@@ -168,6 +168,8 @@ class KVDecodeLoop(KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
         refused_again = policy._refused_again
         swap = policy.swap
         grow_exact = policy._grow_exact
+        grow_due = growth.grow_due
+        take = policy._recompute_newest() if self.light else None  # (rows stay rows)
         inf = float("inf")
         t0 = -1.0
         while True:
@@ -188,7 +190,12 @@ class KVDecodeLoop(KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
                 if due > alloc.num_free_blocks:
                     if swap:
                         return t0, busy
-                    grow_exact(growth.round(step))
+                    if take is None:
+                        grow_exact(growth.round(step))
+                    else:  # (DecodeGrowth.round, KVPreemption._grow_exact: its defaults)
+                        growth.last_round = step
+                        grow_due(phases[step % bs], take)
+                        growth.end_round(step)
                 else:  # (DecodeGrowth.round: the free blocks cover it)
                     growth.last_round = step
                     alloc.num_free_blocks -= due
