@@ -5,8 +5,8 @@ covered rounds, against the paths they stand for.
 front of the queue, admits it again as a row and writes its request's row (preemptions
 included) from it; ``tests/test_kv_loop.py`` compares whole runs with the policy's runs and
 step-by-step simulation. Here: those rows occur and are written both ways the recorder
-writes rows, :meth:`~orcasim.sched.decode_growth.DecodeGrowth.covered` equals the
-per-round count, and the memory series' runs held whole bin as runs added one by one.
+writes rows, and :meth:`~orcasim.sched.decode_growth.DecodeGrowth.covered` equals the
+per-round count.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ import random
 import numpy as np
 import pytest
 
-from orcasim.metrics.kv_series import BUFFER as KV_BUFFER
-from orcasim.metrics.kv_series import KVSeries
 from orcasim.metrics.request_rows import ROW_PREEMPTIONS, RequestRows
 from orcasim.sched.decode_growth import DecodeGrowth
 from tests.test_kv_loop import SCENARIOS, assert_three_identical, run_three
@@ -91,35 +89,3 @@ def test_covered_equals_the_rounds_counted_one_by_one(bs):
         assert g.covered(step, limit) == _per_round(g, step, limit), (step, limit)
         checked += 1
     assert checked > 1000
-
-
-def test_kv_series_held_runs_equal_runs_added_one_by_one():
-    """Runs held whole (:meth:`KVSeries.hold_run`), some added as runs or steps between them
-    and read in between, bin exactly as the same runs added with ``add_run``."""
-    rng = np.random.default_rng(5)
-    added, held = KVSeries(capacity=64, total=10_000), KVSeries(capacity=64, total=10_000)
-    t, tokens, steps = 0.0, 100, 0
-    while steps < 3 * KV_BUFFER + 91:
-        k = int(rng.integers(1, 40))
-        size, padding, swapped = int(rng.integers(0, 33)), int(rng.integers(0, 9)), steps % 5
-        blocked = bool(rng.integers(0, 2))
-        ends = [float(x) for x in t + np.cumsum(rng.uniform(0.001, 0.01, k))]
-        alloc = [int(a) for a in rng.integers(0, 10_000, k)]
-        internal = [int(a) for a in rng.integers(0, 50, k)]
-        run = (t, ends, tokens, size, alloc, internal, padding, swapped, blocked)
-        added.add_run(*run)
-        how = int(rng.integers(0, 10))
-        if how == 0:
-            held.add_run(*run)
-        elif how == 1 and k == 1:
-            held.add(t, ends[0], tokens, alloc[0], internal[0], padding, swapped, blocked)
-        else:
-            held.hold_run(run)
-        if how == 2:
-            assert len(held) == len(added)
-        t, tokens, steps = ends[-1], tokens + size * k + 3, steps + k
-    a, b = added.rows(), held.rows()
-    assert a["num_steps"].sum() == steps
-    for name in a:
-        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
-    assert added.totals() == held.totals()

@@ -11,8 +11,6 @@ so time-weighted means stay exact per bin and the run's totals exact.
 
 from __future__ import annotations
 
-from itertools import chain
-
 import numpy as np
 
 from orcasim.metrics.series import BinnedSeries, expand_runs
@@ -41,52 +39,14 @@ class KVSeries(BinnedSeries):
         self._alloc: list[int] = []
         self._int: list[int] = []
         self._runs: list[float] = []
-        #: runs held whole, in order after the raw steps (see hold_run): each ``(start, ends,
-        #: tokens, size, allocated, internal, padding, swapped, blocked)``, and their steps
-        self.held: list[tuple] = []
-        self.held_steps = 0
 
     def __len__(self) -> int:
         """Raw steps not yet binned."""
-        if self.held:
-            self._take_held()
         return len(self._t1)
-
-    def hold_run(self, run: tuple) -> None:
-        """:meth:`add_run`'s arguments as one tuple, held whole until :attr:`held_steps` and
-        the raw steps make a block (a caller may append to :attr:`held` and count
-        :attr:`held_steps` itself, calling :meth:`take_held` at a block): the raw rows are
-        made a block at a time, in C."""
-        self.held.append(run)
-        self.held_steps += len(run[1])
-        if self.held_steps + len(self._t1) >= _BUFFER:
-            self.take_held()
-
-    def take_held(self) -> None:
-        """The held runs become raw steps, binned as :meth:`add_run` would bin them."""
-        self._take_held()
-        if len(self._t1) >= _BUFFER:
-            self.flush(whole=True)
-
-    def _take_held(self) -> None:
-        held = self.held
-        if not held:
-            return
-        starts, ends, tokens, sizes, allocated, internal, padding, swapped, blocked = zip(
-            *held, strict=True)
-        self._t1 += chain.from_iterable(ends)
-        self._alloc += chain.from_iterable(allocated)
-        self._int += chain.from_iterable(internal)
-        self._runs += chain.from_iterable(zip(starts, map(len, ends), tokens, sizes, padding,
-                                              swapped, blocked, strict=True))
-        held.clear()
-        self.held_steps = 0
 
     def add(self, t_start: float, t_end: float, tokens: int, allocated: int, internal: int,
             padding: int, swapped: int, blocked: bool) -> None:
         """One step's memory state (``blocked``: free memory was stranded this step)."""
-        if self.held:
-            self._take_held()
         t1 = self._t1
         t1.append(t_end)
         self._alloc.append(allocated)
@@ -100,8 +60,6 @@ class KVSeries(BinnedSeries):
                 blocked: bool) -> None:
         """Steps back to back from ``t_start``, ending at ``ends``: :meth:`add` once per step,
         with ``tokens`` growing by ``size`` per step and ``allocated``/``internal`` per step."""
-        if self.held:
-            self._take_held()
         t1 = self._t1
         t1 += ends
         self._alloc += allocated
@@ -117,8 +75,6 @@ class KVSeries(BinnedSeries):
         raw: the bins then sum the same rows in the same order however the
         steps were added (one by one or in runs).
         """
-        if self.held:
-            self._take_held()
         m = len(self._t1)
         n = m - m % _BUFFER if whole else m
         if not n:

@@ -154,9 +154,7 @@ class KVDecodeLoop(KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
         held = alloc.held
         internal = alloc._internal
         series = kv.series
-        hold = series.held.append if series is not None else None
-        # (unchanged in the loop: a plain paged allocator, nobody swapped out or in)
-        padding, swapped = alloc.padding_slots, kv.num_swap_blocks_used * kv.block_size
+        kv_bs = kv.block_size
         num_blocks = alloc.capacity_units
         growth = self.growth
         phases = growth.phases
@@ -314,14 +312,17 @@ class KVDecodeLoop(KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
                 else:
                     internals = [slots_int] * steps
             peak = allocated[-1]  # (allocated only grows in a run)
-            if series is not None:  # (KVPool.observe_run, KVSeries.hold_run)
+            if series is not None:  # (KVPool.observe_run, KVSeries.add_run)
                 if peak > kv.peak_allocated:
                     kv.peak_allocated = peak
-                hold((now, ends, kv_tokens, size, allocated, internals, padding, swapped,
-                      policy._blocked))
-                series.held_steps += steps
-                if series.held_steps >= KV_BUFFER - len(series._t1):
-                    series.take_held()
+                kv_t1 = series._t1
+                kv_t1 += ends
+                series._alloc += allocated
+                series._int += internals
+                series._runs.extend((now, steps, kv_tokens, size, alloc.padding_slots,
+                                     kv.num_swap_blocks_used * kv_bs, policy._blocked))
+                if len(kv_t1) >= KV_BUFFER:
+                    series.flush(whole=True)
             # the run's effects (DecodeOnlyPolicy._complete): first tokens, then the members
             # that finish in its last step leave (DecodeBatch.advance), free their blocks
             # (KVDecodePolicy.finished) and end (SchedulerContext.finish_all)
