@@ -20,7 +20,6 @@ or when the loop hands a boundary back.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from heapq import heappop, heappush
 from itertools import accumulate, cycle, islice
 from typing import TYPE_CHECKING, Any
@@ -235,14 +234,9 @@ class KVDecodeLoop(KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
             room = False
             if max_steps > 1:
                 free = alloc.num_free_blocks  # (DecodeGrowth.covered: at once where the free
-                if growth._early:  # blocks cover every growth, else summed and bisected)
-                    max_steps = 1
-                elif free < len(grow_plan) * ((max_steps - 1) // bs + 1):
-                    lim = max_steps - 1
-                    r = (step + 1) % bs
-                    k = lim if lim < bs else bs
-                    j = bisect_right(list(accumulate(map(len, two_phases[r:r + k]))), free)
-                    max_steps = (j if j < k or k == lim else covered(step, lim)) + 1
+                if (growth._early or len(phases[(step + 1) % bs]) > free  # blocks cover every
+                        or free < len(grow_plan) * ((max_steps - 1) // bs + 1)):  # growth)
+                    max_steps = covered(step, max_steps - 1) + 1
                 if max_steps > 1:
                     open_slot = slots.count < slots.capacity
                     if policy._blocked:  # the head was refused: it is at every boundary
