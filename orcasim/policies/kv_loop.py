@@ -21,7 +21,6 @@ or when the loop hands a boundary back.
 from __future__ import annotations
 
 from heapq import heappop, heappush
-from itertools import accumulate, cycle, islice
 from typing import TYPE_CHECKING, Any
 
 from orcasim.errors import SimulationError
@@ -157,7 +156,6 @@ class KVDecodeLoop(KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
         num_blocks = alloc.capacity_units
         growth = self.growth
         phases = growth.phases
-        two_phases = phases * 2  # (the same dicts: a run of up to bs rounds is a slice)
         bs = growth.bs
         covered = growth.covered
         grow_events = growth._events
@@ -275,20 +273,17 @@ class KVDecodeLoop(KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
                 except ValueError as err:
                     raise SimulationError(f"a run of decode steps: {err}") from None
             else:
-                if steps > 1:  # the blocks in use after each round: its phase's members
-                    r = (step + 1) % bs
-                    due = map(len, two_phases[r:r + steps - 1] if steps <= bs
-                              else islice(cycle(phases), r, r + steps - 1))
-                    allocated = list(accumulate(due, initial=used))
-                    used = allocated[-1]
+                allocated = [used * bs]
+                if steps > 1:
+                    append = allocated.append
+                    for r in range(step + 1, last + 1):
+                        used += len(phases[r % bs])
+                        append(used * bs)
                     if used > num_blocks:  # (covered: never)
                         raise SimulationError(f"a run of decode steps: rounds {step + 1} to "
                                               f"{last} need more blocks than are free")
                     alloc.num_free_blocks = num_blocks - used
                     growth.last_round = last
-                    allocated = list(map(bs.__mul__, allocated))
-                else:
-                    allocated = [used * bs]
                 slots_int = alloc.internal_slots
                 if grow_events and grow_events[0][0] <= last:  # members take their final
                     internals = []  # blocks (DecodeGrowth.end_round): internal slots from then

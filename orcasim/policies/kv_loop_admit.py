@@ -57,7 +57,8 @@ class KVLoopAdmission:
 
         def admit_at(now: float, step: int) -> bool:
             if not light or ctx.busy_until > now:
-                queued_requests()
+                if light:
+                    queued_requests()
                 if not admit(cap - slots.count):
                     return False  # (something else takes part: the policy's own path)
             else:  # (KVAdmission._admit_counted) those put back, then the backlog's rows

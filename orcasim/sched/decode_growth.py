@@ -25,9 +25,7 @@ swapped). Pure data structure: no SimPy.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right
 from collections.abc import Callable
-from itertools import accumulate
 
 from orcasim.kv.allocators import PagedAllocator
 from orcasim.request import Request
@@ -42,7 +40,6 @@ class DecodeGrowth:
         self._num_blocks = alloc.layout.num_blocks
         # by phase: batch seq -> request id of the members growing then
         self.phases: list[dict[int, int]] = [{} for _ in range(bs)]
-        self._two = self.phases * 2  # the same dicts: up to bs rounds from any phase, a slice
         self._events: list[tuple[int, int, int]] = []  # (last growth step, seq, request id)
         # request id -> (blocks at joining, first growth step, growths in all, batch seq,
         # the unused tail of its final block); a member's entry until it leaves (an event or
@@ -116,15 +113,7 @@ class DecodeGrowth:
             return 0
         if free >= len(self._plan) * (limit // bs + 1):
             return limit
-        # the blocks the rounds take, summed (non-decreasing): the first sum over ``free``
-        r = (step + 1) % bs
-        n = limit if limit < bs else bs
-        taken = list(accumulate(map(len, self._two[r:r + n])))
-        j = bisect_right(taken, free)
-        if j < n or n == limit:
-            return j
-        free -= taken[-1]
-        for j in range(n, limit):
+        for j in range(limit):
             free -= len(phases[(step + 1 + j) % bs])
             if free < 0:
                 return j
