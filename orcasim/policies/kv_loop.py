@@ -14,8 +14,9 @@ round (members take their blocks one by one, preempting by recompute); with
 to one step), and its effects are those of the policy's ``complete_run``,
 bit for bit (``tests/test_kv_loop.py`` compares the loop, the policy's runs
 and step-by-step simulation). Requests of the backlog join as workload rows
-(:mod:`~orcasim.policies.kv_loop_admit`) and become requests when preempted
-or when the loop hands a boundary back.
+(:mod:`~orcasim.policies.kv_loop_admit`), stay rows when preempted (in front
+of the queue) and joining again, and become requests when the loop hands a
+boundary back (:mod:`~orcasim.policies.kv_loop_rows`).
 """
 
 from __future__ import annotations
@@ -109,7 +110,8 @@ class KVDecodeLoop(KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
     def advance(self, busy: float) -> tuple[float, float]:
         """:meth:`FcfsDecodeLoop.advance` with memory; the members that joined here as rows
         ``[index, first scheduled, first token, slot, finish step]`` (``light``) become
-        requests when it stops (:meth:`_to_requests`), and so does a row preempted in it."""
+        requests when it stops (:meth:`_to_requests`), and so do rows preempted in it and
+        waiting in front of the queue."""
         try:
             return FcfsDecodeLoop.advance(self, busy)
         finally:

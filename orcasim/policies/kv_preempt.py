@@ -105,7 +105,8 @@ class KVPreemption:
     def _recompute_newest(self) -> Callable[[], int]:
         """What preempts for :meth:`_grow_exact` with the defaults (the last admitted, by
         recompute): :meth:`_victim` and :meth:`_preempt`, with the batch's ``remove`` and the
-        pool's ``release`` done in place."""
+        pool's ``release`` done in place. A victim held as a workload row (in
+        :class:`~orcasim.policies.kv_loop.KVDecodeLoop`) goes back as a row."""
         batch = self.batch
         members = batch._members
         free_slots = batch._free_slots
