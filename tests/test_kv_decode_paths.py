@@ -15,6 +15,7 @@ import pytest
 
 import orcasim
 from orcasim.policies.kv_loop import KVDecodeLoop
+from orcasim.policies.kv_preempt import queued_request
 from orcasim.policies.kv_runs import KVDecodeRuns
 from orcasim.policies.memory import KVDecodePolicy
 from orcasim.simulation import build_model, generate_workload
@@ -38,6 +39,8 @@ def test_a_refused_head_is_refused_again_exactly_when_the_allocator_refuses(monk
     def checked(self, miss, keep):
         again = plain(self, miss, keep)
         kv, req = self.kv, miss[0]
+        if type(req) is list:  # a preempted row of the loop: the request it stands for
+            req = queued_request(self.ctx.source, req)
         if not kv.has_getters:
             peak = kv.peak_allocated
             admitted = kv.admit(req, keep)  # the allocator's answer

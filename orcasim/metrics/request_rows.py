@@ -21,6 +21,9 @@ from orcasim.request import FINAL_STATES, Request, RequestState
 _NAN = float("nan")
 #: rows :meth:`RequestRows.record_finished` holds before writing them
 DONE_BLOCK = 4096
+#: where a workload row held as finished (``[index, first scheduled, first token, finish,
+#: ...]``) keeps its request's preemptions, if it has that many fields (else none)
+ROW_PREEMPTIONS = 6
 #: rows of one kind that :meth:`RequestRows._write_done` writes on their own (fewer: together)
 _RUN = 64
 
@@ -171,20 +174,25 @@ class RequestRows:
 
     def _write_indexed(self, rows: list[list]) -> None:
         """Rows ``[workload index, first scheduled, first token, finish]`` of finished requests
-        without per-request attributes, the rest read from the row source."""
+        without per-request attributes, the rest read from the row source; a row with more
+        fields holds the request's preemptions at :data:`ROW_PREEMPTIONS`."""
         f, i = self._f, self._i
         ids_list = [r[0] for r in rows]
         ids = np.array(ids_list, dtype=np.int64)
         _, arrival, prompt, output = self._row_source  # type: ignore[misc]
         out = output[ids].astype(np.int64)
         zeros = np.zeros(len(rows), np.int64)
+        preempted = zeros
+        if max(map(len, rows)) > ROW_PREEMPTIONS:  # rows preempted before (see below)
+            preempted = np.array([r[ROW_PREEMPTIONS] if len(r) > ROW_PREEMPTIONS else 0
+                                  for r in rows], np.int64)
         f["arrival"].frombytes(arrival[ids].astype(np.float64).tobytes())
         f["first_scheduled"].fromlist([r[1] for r in rows])
         f["first_token"].fromlist([r[2] for r in rows])
         f["finish"].fromlist([r[3] for r in rows])
         for col, values in (("id", ids), ("prompt_len", prompt[ids].astype(np.int64)),
                             ("output_len", out), ("num_output_tokens", out),
-                            ("num_preemptions", zeros), ("priority", zeros),
+                            ("num_preemptions", preempted), ("priority", zeros),
                             ("state", np.full(len(rows), int(RequestState.FINISHED), np.int64))):
             i[col].frombytes(values.tobytes())
 
@@ -201,7 +209,8 @@ class RequestRows:
         for r in chunk:
             if type(r) is list:
                 t, p, o = next(looked)
-                values.append((t, r[1], r[2], r[3], r[0], p, o, o, 0, 0, done))
+                values.append((t, r[1], r[2], r[3], r[0], p, o, o,
+                               r[ROW_PREEMPTIONS] if len(r) > ROW_PREEMPTIONS else 0, 0, done))
             else:
                 values.append((r.arrival, r.first_scheduled, r.first_token, r.finish, r.id,
                                r.prompt_len, r.output_len, r.num_output_tokens,

@@ -14,8 +14,9 @@ round (members take their blocks one by one, preempting by recompute); with
 to one step), and its effects are those of the policy's ``complete_run``,
 bit for bit (``tests/test_kv_loop.py`` compares the loop, the policy's runs
 and step-by-step simulation). Requests of the backlog join as workload rows
-(:mod:`~orcasim.policies.kv_loop_admit`) and become requests when preempted
-or when the loop hands a boundary back.
+(:mod:`~orcasim.policies.kv_loop_admit`), stay rows when preempted (in front
+of the queue) and joining again, and become requests when the loop hands a
+boundary back (:mod:`~orcasim.policies.kv_loop_rows`).
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from orcasim.metrics.kv_series import BUFFER as KV_BUFFER
 from orcasim.metrics.request_rows import DONE_BLOCK
 from orcasim.policies.decode_loop import FcfsDecodeLoop
 from orcasim.policies.kv_loop_admit import KVLoopAdmission
-from orcasim.policies.kv_preempt import KVPreemption, row_request
-from orcasim.request import Request, RequestState
+from orcasim.policies.kv_loop_rows import KVLoopRows
+from orcasim.policies.kv_preempt import KVPreemption
+from orcasim.request import RequestState
 
 if TYPE_CHECKING:
     from orcasim.engine import Engine
@@ -37,11 +39,9 @@ if TYPE_CHECKING:
 FINISHED = RequestState.FINISHED
 #: the preemption that takes rows (a replacement would see requests only)
 RECOMPUTE_NEWEST = KVPreemption._recompute_newest
-#: stands for a member that left the batch in a stale entry of its finish heap
-GONE = Request(-1, 0.0, 0, 0)
 
 
-class KVDecodeLoop(KVLoopAdmission, FcfsDecodeLoop):
+class KVDecodeLoop(KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
     """Whole runs of a first-come-first-served decode batch in a paged pool (see the module)."""
 
     #: off: the engine takes every run through the policy's and recorder's methods
@@ -64,18 +64,7 @@ class KVDecodeLoop(KVLoopAdmission, FcfsDecodeLoop):
         self.light = (not src._attrs and policy.victim_rule == "last_admitted"  # type: ignore[attr-defined]
                       and type(policy)._recompute_newest is RECOMPUTE_NEWEST
                       and self.rec.set_row_source(src, src._arrival, src._prompt, src._output))
-        kv = self.kv
-        alloc = kv.alloc
-        growth = self.growth
-        batch = self.batch
-        backlog: Any = ctx.waiting
-        self._admit_state = (
-            ctx, policy, batch, batch._heap, batch._members, batch._free_slots, backlog,
-            backlog._head, src, src._arrival, src._prompt, src._output, ctx.slots,
-            ctx.slots.capacity, kv, alloc, alloc.held, alloc._internal, growth, growth.phases,
-            growth._plan, growth._events, growth.bs, alloc.capacity_units,
-            policy.keep_free,  # type: ignore[attr-defined]
-            policy._max_len, policy._admit_counted, self.light)  # type: ignore[attr-defined]
+        self._admit_at = self._admission(policy, self.light)
 
     @classmethod
     def applies(cls, engine: Engine) -> bool:
@@ -121,29 +110,13 @@ class KVDecodeLoop(KVLoopAdmission, FcfsDecodeLoop):
     def advance(self, busy: float) -> tuple[float, float]:
         """:meth:`FcfsDecodeLoop.advance` with memory; the members that joined here as rows
         ``[index, first scheduled, first token, slot, finish step]`` (``light``) become
-        requests when it stops (:meth:`_to_requests`), and so does a row preempted in it."""
+        requests when it stops (:meth:`_to_requests`), and so do rows preempted in it and
+        waiting in front of the queue."""
         try:
             return FcfsDecodeLoop.advance(self, busy)
         finally:
             if self.light:
                 self._to_requests()
-
-    def _to_requests(self) -> None:
-        """The batch's rows become :class:`~orcasim.request.Request` objects, as the policy's
-        own steps would have them; a row's entry in the batch's finish heap that is stale
-        (the row was preempted, and became a request then) becomes :data:`GONE`'s."""
-        members, heap, src = self.batch._members, self.batch._heap, self.source
-        made: dict[int, Request] = {}  # by the id of the list it replaces
-        for at, (done_at, seq, m) in enumerate(heap):
-            if type(m) is list:
-                if members.get(seq) is m:
-                    made[id(m)] = members[seq] = req = row_request(src, m, seq)
-                    heap[at] = (done_at, seq, req)
-                else:
-                    heap[at] = (done_at, seq, GONE)
-        if made:
-            policy: Any = self.policy
-            policy._joined = [made.get(id(m), m) for m in policy._joined]
 
     def _advance(self, busy: float, runs: list[tuple[float, int, int, int]]
                  ) -> tuple[float, float]:
@@ -195,6 +168,8 @@ class KVDecodeLoop(KVLoopAdmission, FcfsDecodeLoop):
         refused_again = policy._refused_again
         swap = policy.swap
         grow_exact = policy._grow_exact
+        grow_due = growth.grow_due
+        take = policy._recompute_newest() if self.light else None  # (rows stay rows)
         inf = float("inf")
         t0 = -1.0
         while True:
@@ -215,7 +190,12 @@ class KVDecodeLoop(KVLoopAdmission, FcfsDecodeLoop):
                 if due > alloc.num_free_blocks:
                     if swap:
                         return t0, busy
-                    grow_exact(growth.round(step))
+                    if take is None:
+                        grow_exact(growth.round(step))
+                    else:  # (DecodeGrowth.round, KVPreemption._grow_exact: its defaults)
+                        growth.last_round = step
+                        grow_due(phases[step % bs], take)
+                        growth.end_round(step)
                 else:  # (DecodeGrowth.round: the free blocks cover it)
                     growth.last_round = step
                     alloc.num_free_blocks -= due
@@ -230,10 +210,16 @@ class KVDecodeLoop(KVLoopAdmission, FcfsDecodeLoop):
                     if miss is not None and first is miss[0]:
                         if refused_again(miss, keep):
                             policy._blocked = True  # the head is refused again
-                    elif max_len is None or max(first.prompt_len, 1) + first.output_len <= max_len:
-                        p = first.prompt_len
-                        need = -(-((p if p > 0 else 1) + first.num_output_tokens) // bs)
-                        if need + keep > alloc.num_free_blocks and need <= num_blocks:
+                    else:
+                        if type(first) is list:  # a preempted row
+                            k = first[0]
+                            p, o, out = prompt[k], output[k], first[5]
+                        else:
+                            p, o, out = first.prompt_len, first.output_len, first.num_output_tokens
+                        p = p if p > 0 else 1
+                        need = -(-(p + out) // bs)
+                        if ((max_len is None or p + o <= max_len)
+                                and need + keep > alloc.num_free_blocks and need <= num_blocks):
                             policy._blocked = True  # refused for now (try_join)
                             policy._miss = (first, need, 0, 0)
                 if not policy._blocked and not admit_at(now, step):
@@ -337,7 +323,10 @@ class KVDecodeLoop(KVLoopAdmission, FcfsDecodeLoop):
                 t_first = ends[0]
                 for m in joined:
                     if type(m) is list:
-                        m[2] = t_first
+                        if m[2] is None:
+                            m[2] = t_first
+                        else:  # a preempted row resumed: its own gap
+                            rec.record_itl(t_first - m[7])
                     elif m.first_token is None:
                         m.first_token = t_first
                     else:  # resumed after a preemption: its own gap

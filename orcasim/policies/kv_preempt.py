@@ -17,16 +17,39 @@ from typing import TYPE_CHECKING, Any
 
 from orcasim.batch import DecodeBatch
 from orcasim.errors import SimulationError
-from orcasim.request import Request
+from orcasim.request import Request, RequestState
 from orcasim.sched.decode_growth import DecodeGrowth
 
 
 def row_request(src: Any, row: list, seq: int) -> Request:
     """The running request of the batch member ``seq`` held as a workload row ``[index,
     first scheduled, first token, slot, finish step]`` (see
-    :class:`~orcasim.policies.kv_loop.KVDecodeLoop`), made by the lazy source ``src``."""
-    k, first_scheduled, first_token, slot, done_at = row
-    return src.running_request(k, first_scheduled, first_token, slot, seq, done_at)
+    :class:`~orcasim.policies.kv_loop.KVDecodeLoop`), made by the lazy source ``src``; a row
+    preempted before (see :func:`queued_request`) also brings its tokens, preemptions and
+    last token."""
+    req = src.running_request(row[0], row[1], row[2], row[3], seq, row[4])
+    if len(row) > PREEMPTED_ROW:
+        req.num_output_tokens, req.num_preemptions, req.last_token = row[5:]
+    return req
+
+
+#: a row ``[index, first scheduled, first token, slot, finish step]`` preempted by recompute
+#: gains ``[generated tokens, preemptions, last token]`` and waits in the queue
+PREEMPTED_ROW = 5
+
+
+def queued_request(src: Any, row: list) -> Request:
+    """The preempted request that a row waiting in the queue (``[index, first scheduled,
+    first token, slot, finish step, generated tokens, preemptions, last token]``, see
+    :meth:`KVPreemption._recompute_newest`) stands for, made by the lazy source ``src``."""
+    k = row[0]
+    req = src._request(k, src._arrival[k])
+    req.state = RequestState.PREEMPTED
+    req.first_scheduled = row[1]
+    req.first_token = row[2]
+    req._done_at = row[4]
+    req.num_output_tokens, req.num_preemptions, req.last_token = row[5:]
+    return req
 
 
 class KVPreemption:
@@ -82,7 +105,8 @@ class KVPreemption:
     def _recompute_newest(self) -> Callable[[], int]:
         """What preempts for :meth:`_grow_exact` with the defaults (the last admitted, by
         recompute): :meth:`_victim` and :meth:`_preempt`, with the batch's ``remove`` and the
-        pool's ``release`` done in place."""
+        pool's ``release`` done in place. A victim held as a workload row (in
+        :class:`~orcasim.policies.kv_loop.KVDecodeLoop`) goes back as a row."""
         batch = self.batch
         members = batch._members
         free_slots = batch._free_slots
@@ -91,7 +115,9 @@ class KVPreemption:
         alloc = kv.alloc
         held = alloc.held
         internal = alloc._internal
-        leave = self.growth.leave  # type: ignore[union-attr]
+        growth: Any = self.growth
+        leave = growth.leave
+        plan, phases, bs = growth._plan, growth.phases, growth.bs
         preempted = ctx.preempted
         released = kv._released
         requeue = ctx.waiting.appendleft
@@ -99,8 +125,8 @@ class KVPreemption:
         def take() -> int:
             seq = next(reversed(members))
             victim = members[seq]  # (DecodeBatch.newest)
-            if type(victim) is list:  # a workload row (KVDecodeLoop): it becomes a request
-                victim = row_request(ctx.source, victim, seq)
+            if type(victim) is list:  # a workload row (KVDecodeLoop): it stays one
+                return take_row(seq, victim)
             rid = victim.id
             leave(rid)
             # (DecodeBatch.remove) its generated tokens written back, its slot freed
@@ -121,6 +147,49 @@ class KVPreemption:
             released()
             requeue(victim)
             return rid
+
+        def take_row(seq: int, row: list) -> int:
+            """``take`` for a row: the row, with its tokens, preemptions and last token,
+            goes back in front of the queue (nobody waits on a slot or the pool in the loop,
+            so a slot and blocks given back are counts)."""
+            k = row[0]
+            src = ctx.source
+            g = plan.pop(k, None)  # (DecodeGrowth.leave)
+            if g is None:
+                blocks = held.pop(k)
+            else:
+                blocks, first, growths, gseq, _ = g
+                r = growth.last_round
+                if r >= first:
+                    blocks += min(growths, (r - first) // bs + 1)
+                phases[first % bs].pop(gseq, None)
+                pending = growth._pending
+                if gseq in pending:  # due this round, preempted before it got its block
+                    pending.discard(gseq)
+                    blocks -= 1
+                del held[k]
+            p = src._prompt[k]
+            out = src._output[k] - (row[4] - batch.num_steps)
+            del members[seq]
+            batch.size -= 1
+            batch.num_kv_tokens -= p + out
+            heappush(free_slots, row[3])
+            row[3] = -1
+            if len(row) > PREEMPTED_ROW:
+                row[5] = out
+                row[6] += 1
+                row[7] = ctx.last_step_end
+            else:
+                row += (out, 1, ctx.last_step_end)
+            ctx.slots.count -= 1  # (SchedulerContext.preempted)
+            counts = ctx.preemptions
+            counts["kv_full"] = counts.get("kv_full", 0) + 1
+            ctx.num_recomputed_tokens += (p if p > 0 else 1) + out - 1
+            alloc.internal_slots -= internal.pop(k, 0)
+            alloc.num_free_blocks += blocks
+            kv.num_releases += 1  # (KVPool._released)
+            requeue(row)
+            return k
 
         return take
 
