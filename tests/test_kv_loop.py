@@ -19,6 +19,7 @@ from orcasim.engine import Engine
 from orcasim.errors import SimulationError
 from orcasim.policies.kv_loop import KVDecodeLoop
 from orcasim.policies.kv_preempt import KVPreemption
+from orcasim.sched import decode_growth
 from orcasim.simulation import build_model, generate_workload
 from tests.test_batch_runs import assert_identical, running_ids, snapshot, watch_and_stop
 
@@ -197,3 +198,13 @@ def test_pool_blocks_follow_the_members_tokens(name):
     out = run_three(SCENARIOS[name], n=500, watch=0.29, check=True)
     assert_three_identical(out)
     assert len(out["loop"]["seen"]) > 100
+
+
+@pytest.mark.parametrize("name", ["ample", "tight", "block_of_one"])
+def test_runs_past_the_ring_of_phases(monkeypatch, name):
+    """A run's rounds are a slice of the growth's ring of phases; with a ring of one cycle
+    most runs reach past its end, and their rounds are counted phase by phase."""
+    monkeypatch.setattr(decode_growth, "RING", 1)
+    out = run_three(SCENARIOS[name], n=600)
+    assert_three_identical(out)
+    assert out["loop"]["looped"] > 0.99 * out["loop"]["num_steps"]

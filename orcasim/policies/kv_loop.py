@@ -144,7 +144,7 @@ class KVDecodeLoop(KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
         max_batch = policy.params.max_batch
         coefs = self._coef
         run_ends = self._run_ends
-        queued = self._queued
+        queued_by = src.queued_by  # (FcfsDecodeLoop._queued: the source's count)
         t1_col, waiting_col = rec._t1, rec._waiting
         run_row = runs.append
         buf_cap = rec._buf_cap
@@ -157,15 +157,16 @@ class KVDecodeLoop(KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
         kv_bs = kv.block_size
         num_blocks = alloc.capacity_units
         growth = self.growth
-        phases = growth.phases
-        bs = growth.bs
-        covered = growth.covered
-        grow_events = growth._events
-        grow_plan = growth._plan
+        phases, bs, ring = growth.phases, growth.bs, growth.ring
+        ring_len = len(ring)
+        covered, grow_events, grow_plan = growth.covered, growth._events, growth._plan
         admit_at = self._admit_at
         keep_free = policy.keep_free
         max_len = policy._max_len
         refused_again = policy._refused_again
+        # (nothing is padded in a paged pool, nor swapped while the loop runs)
+        pad, swapped = alloc.padding_slots, kv.num_swap_blocks_used * kv_bs
+        extra_itl = rec._extra_itl.append
         swap = policy.swap
         grow_exact = policy._grow_exact
         grow_due = growth.grow_due
@@ -262,7 +263,7 @@ class KVDecodeLoop(KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
             if queue and queue[0][0] <= t:  # something else is due first: the engine waits
                 return t0, busy
             steps = len(ends)
-            waits = queued(ends, len(head) + backlog._hi - backlog._lo)
+            waits = queued_by(len(head) + backlog._hi - backlog._lo, ends)
             ctx.busy_until = env._now = t
             t0 = now
             busy = run_busy
@@ -278,8 +279,10 @@ class KVDecodeLoop(KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
                 allocated = [used * bs]
                 if steps > 1:
                     append = allocated.append
-                    for r in range(step + 1, last + 1):
-                        used += len(phases[r % bs])
+                    a = (step + 1) % bs  # (rounds step + 1 to last: a slice of the ring)
+                    for ph in (ring[a:a + steps - 1] if a + steps <= ring_len else
+                                (phases[r % bs] for r in range(step + 1, last + 1))):
+                        used += len(ph)
                         append(used * bs)
                     if used > num_blocks:  # (covered: never)
                         raise SimulationError(f"a run of decode steps: rounds {step + 1} to "
@@ -310,8 +313,7 @@ class KVDecodeLoop(KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
                 kv_t1 += ends
                 series._alloc += allocated
                 series._int += internals
-                series._runs.extend((now, steps, kv_tokens, size, alloc.padding_slots,
-                                     kv.num_swap_blocks_used * kv_bs, policy._blocked))
+                series._runs.extend((now, steps, kv_tokens, size, pad, swapped, policy._blocked))
                 if len(kv_t1) >= KV_BUFFER:
                     series.flush(whole=True)
             # the run's effects (DecodeOnlyPolicy._complete): first tokens, then the members
@@ -325,8 +327,8 @@ class KVDecodeLoop(KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
                     if type(m) is list:
                         if m[2] is None:
                             m[2] = t_first
-                        else:  # a preempted row resumed: its own gap
-                            rec.record_itl(t_first - m[7])
+                        else:  # a preempted row resumed: its own gap (Recorder.record_itl)
+                            extra_itl((t_first - m[7], 1, rec._steps_flushed + len(t1_col)))
                     elif m.first_token is None:
                         m.first_token = t_first
                     else:  # resumed after a preemption: its own gap

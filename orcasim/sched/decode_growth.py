@@ -30,6 +30,9 @@ from collections.abc import Callable
 from orcasim.kv.allocators import PagedAllocator
 from orcasim.request import Request
 
+#: the phases repeated this many times in :attr:`DecodeGrowth.ring`
+RING = 64
+
 
 class DecodeGrowth:
     """Which members of a decode batch take a block at each step, by phase."""
@@ -40,6 +43,9 @@ class DecodeGrowth:
         self._num_blocks = alloc.layout.num_blocks
         # by phase: batch seq -> request id of the members growing then
         self.phases: list[dict[int, int]] = [{} for _ in range(bs)]
+        #: the phases over and over (``ring[i] is phases[i % bs]``): the rounds of a run of
+        #: steps are a slice of it (:class:`~orcasim.policies.kv_loop.KVDecodeLoop`)
+        self.ring = self.phases * RING
         self._events: list[tuple[int, int, int]] = []  # (last growth step, seq, request id)
         # request id -> (blocks at joining, first growth step, growths in all, batch seq,
         # the unused tail of its final block); a member's entry until it leaves (an event or
