@@ -16,7 +16,9 @@ from typing import ClassVar
 
 from pydantic import Field
 
+from orcasim.backlog import Backlog
 from orcasim.plan import StepPlan
+from orcasim.policies.backlog_admit import admit_from_backlog
 from orcasim.policies.base import slots_field
 from orcasim.policies.common import BatchPolicy, MemoryParams
 from orcasim.policies.pooled import plain_contexts, tally
@@ -62,9 +64,17 @@ class PrefillFirst(BatchPolicy):
             now = ctx.env._now
             if src.pending_until(now):
                 src.flush(now)
-        if ctx.waiting:
+        waiting = ctx.waiting
+        slots = ctx.slots
+        # (admit_waiting admits nothing into a full batch unless it preempts)
+        if waiting and (slots.count < slots.capacity or self.preemptive):
             scheduled: list[tuple[Request, int]] = []
-            self.admit_waiting(scheduled, self.params.token_budget)
+            if (type(waiting) is Backlog and not self.preemptive and self.lean_backlog
+                    and kind.admit_waiting is BatchPolicy.admit_waiting):  # (its steps)
+                admit_from_backlog(self, waiting, scheduled, self.params.token_budget,
+                                   type(self).admitted is not BatchPolicy.admitted)
+            else:
+                self.admit_waiting(scheduled, self.params.token_budget)
             if scheduled:  # (PooledPlans.make_plan, with no member of the pool among them)
                 self._decodes = None
                 kv, prefill, decode, left = tally(scheduled, 0, 0, 0, 1 << 62)

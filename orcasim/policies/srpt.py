@@ -35,7 +35,9 @@ class SRPT(SJF):
     def __init__(self, params: LengthParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
         self.preemptive = True
-        self._preds = preds = KeyCache(self.predict)
+        # the predictions by request: kept as the key cache (unused with keys that change),
+        # which :meth:`~orcasim.policies.keyed.KeyedPolicy.release` empties as requests leave
+        self._preds = self._keys = preds = KeyCache(self.predict)
         self._sorted_at = -1.0  # the time self._ordered was last put in order
         #: whether remaining lengths are whole numbers that stay above 0 while running
         self._exact = self.predict.sigma == 0.0
@@ -44,6 +46,14 @@ class SRPT(SJF):
             def rank(req: Request) -> Any:  # key(), with the prediction looked up
                 left = preds[req] - req.num_output_tokens
                 return (left if left > 0.0 else 0.0, req.arrival)
+        elif self._exact:
+            members = pool.members
+
+            def rank(req: Request) -> Any:  # the same with the true lengths, in whole numbers
+                b = members.get(req)  # (which compare with the queue's keys as their floats)
+                left = req.output_len - req.num_output_tokens if b is None else (
+                    req.output_len - req.num_output_tokens - pool.steps + b[0])
+                return (left if left > 0 else 0, req.arrival)
         else:
             members = pool.members
 
@@ -65,6 +75,8 @@ class SRPT(SJF):
 
     def index_key(self, source: Any) -> Callable[[int], Any] | None:
         of_row, output, arrival = self.predict.of_row, source._output, source._arrival
+        if self.predict.sigma == 0.0:  # (of_row: the true length, at least 0)
+            return lambda i: (float(output[i]), arrival[i])
         return lambda i: (max(of_row(i, output[i]) - 0, 0.0), arrival[i])  # (nothing generated)
 
     def pool_safe(self) -> bool:
@@ -95,7 +107,3 @@ class SRPT(SJF):
                 and len(ordered) == len(self.running)):
             return ordered[-1]
         return max(reversed(self.running), key=self.rank)
-
-    def release(self, req: Request) -> None:
-        super().release(req)
-        self._preds.pop(req, None)
