@@ -39,6 +39,18 @@ PLAIN_RULE = (BatchPolicy.ready_plan, BatchPolicy.schedule, BatchPolicy.schedule
               PooledPlans.make_plan)
 
 
+def plain_after_run(kind: type) -> bool:
+    """Whether ``kind``'s ``schedule`` is :class:`BatchPolicy`'s at a boundary right after a
+    run: it is that one, or the class that defines it says so (``plain_after_run = True``
+    in its own body: what it adds has nothing to do there)."""
+    if kind.schedule is PLAIN_RULE[1]:  # type: ignore[attr-defined]
+        return True
+    for c in kind.__mro__:
+        if "schedule" in c.__dict__:
+            return bool(c.__dict__.get("plain_after_run", False))
+    return False
+
+
 class TokenRunLoop:
     """Boundaries of a token-level policy without memory limits, in one frame (see the
     module)."""
@@ -84,7 +96,7 @@ class TokenRunLoop:
         :class:`~orcasim.policies.common.BatchPolicy` (its schedule, running requests' tokens
         and plan), which :meth:`_after_run` follows."""
         kind = type(policy)
-        return (kind.ready_plan is PLAIN_RULE[0] and kind.schedule is PLAIN_RULE[1]
+        return (kind.ready_plan is PLAIN_RULE[0] and plain_after_run(kind)
                 and kind.schedule_running is PLAIN_RULE[2] and kind.make_plan is PLAIN_RULE[3]
                 and policy.pool is not None)
 
