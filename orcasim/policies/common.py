@@ -219,8 +219,8 @@ class BatchPolicy(PooledPlans, TokenPolicy):
         for req in order if mem is None else list(order):
             if budget <= 0:
                 break
-            need = req.num_tokens - req.num_computed_tokens
-            if need > budget:
+            need = (req.prompt_len or 1) + req.num_output_tokens - req.num_computed_tokens
+            if need > budget:  # (need: its num_tokens less those computed)
                 if chunk:
                     need = budget
                 elif scheduled:

@@ -136,10 +136,14 @@ class KeyedPolicy(BatchPolicy):
                 if entries is not None:
                     entries.append((req, 1))
             else:
-                at = bisect.bisect_right(ordered, x, key=rank)
+                at = self._where(ordered, x)
                 ordered.insert(at, req)
                 if entries is not None:
                     entries.insert(at, (req, 1))
+
+    def _where(self, ordered: list[Request], x: Any) -> int:
+        """Where rank ``x`` goes in the kept running order ``ordered``: after its equals."""
+        return bisect.bisect_right(ordered, x, key=self.rank)
 
     def admit_waiting(self, scheduled: list[tuple[Request, int]], budget: int) -> int:
         """:meth:`BatchPolicy.admit_waiting` from a :class:`KeyedQueue` without memory
@@ -149,10 +153,10 @@ class KeyedPolicy(BatchPolicy):
         waiting = ctx.waiting
         slots = ctx.slots
         preemptive = self.preemptive
-        if budget <= 0 or not waiting or (slots.count >= slots.capacity and not preemptive):
-            return budget
         if self.mem is not None or type(waiting) is not KeyedQueue or not self.lean_admission:
             return super().admit_waiting(scheduled, budget)
+        if budget <= 0 or (slots.count >= slots.capacity and not preemptive):
+            return budget  # (as an empty queue: the loop below admits nothing)
         kind = type(self)
         own_victim = kind.victim is KeyedPolicy.victim
         own_admitted = kind.admitted is KeyedPolicy.admitted and self._plain_admitted

@@ -21,7 +21,7 @@ from orcasim.plan import StepPlan
 from orcasim.policies.backlog_admit import admit_from_backlog
 from orcasim.policies.base import slots_field
 from orcasim.policies.common import BatchPolicy, MemoryParams
-from orcasim.policies.pooled import plain_contexts, tally
+from orcasim.policies.pooled import plain_contexts, pool_contexts, tally
 from orcasim.registry import policies
 from orcasim.request import Request
 
@@ -83,5 +83,22 @@ class PrefillFirst(BatchPolicy):
                 self._left = (plan, left)
                 self._pooled = (plan, 0, scheduled)
                 return self.planned(plan)
+        pool = self.pool
+        if (self.decoding is None and pool is not None and pool.size and self._fifo
+                and kind.schedule_running is BatchPolicy.schedule_running):
+            # (schedule_running and make_plan: the pool's members decode, then each other
+            # running request computes what it misses, within a budget it cannot reach)
+            p = pool.size
+            scheduled = pool.entries.copy()
+            rest = [(r, (r.prompt_len or 1) + r.num_output_tokens - r.num_computed_tokens)
+                    for r in self.running[p:]]
+            scheduled += rest
+            self._decodes = None
+            kv, prefill, decode, left = tally(rest, pool.kv, 0, p, pool.first_finish())
+            plan = StepPlan(len(scheduled), kv, prefill, decode, scheduled,
+                            partial(pool_contexts, pool, scheduled))
+            self._left = (plan, left)
+            self._pooled = (plan, p, rest)
+            return self.planned(plan)
         scheduled = self.schedule_running(1 << 62)[0]
         return self.planned(self.make_plan(scheduled)) if scheduled else None

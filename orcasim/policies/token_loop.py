@@ -196,6 +196,8 @@ class TokenRunLoop:
         r_start, r_len, r_seqs, r_tokens, r_tokens_rest, r_count, r_count_rest = rec._r_appends
         inf = float("inf")
         kind = type(policy)
+        #: every arrival may preempt (TokenRuns.arrival_may_preempt: without asking)
+        any_arrival = kind.arrival_may_preempt is TokenRuns.arrival_may_preempt
         plain_run = (kind.decode_run is TokenRuns.decode_run and kind.has_room is TokenRuns.has_room
                      and kind.steps_left is PooledPlans.steps_left)
         slots = ctx.slots
@@ -221,12 +223,14 @@ class TokenRunLoop:
                 if plan.num_seqs == size:
                     room = slots.count < slots.capacity
                     preemptive = policy.preemptive
-                    if not ((room or (preemptive and plan.num_tokens >= policy._run_budget))
+                    tokens = plan.num_prefill_tokens + plan.num_decode_tokens  # (num_tokens)
+                    if not ((room or (preemptive and tokens >= policy._run_budget))
                             and waiting):
                         left = policy._left[1]
                         if left:
-                            run = (size, plan.num_kv_tokens + plan.num_tokens, left,
-                                   room or (preemptive and policy.arrival_may_preempt()))
+                            run = (size, plan.num_kv_tokens + tokens, left,
+                                   room or (preemptive and (any_arrival
+                                                            or policy.arrival_may_preempt())))
             else:
                 run = decode_run(plan)
             if run is not None and plan.scheduled is not None and not by_aggregates:
