@@ -136,14 +136,10 @@ class KeyedPolicy(BatchPolicy):
                 if entries is not None:
                     entries.append((req, 1))
             else:
-                at = self._where(ordered, x)
+                at = bisect.bisect_right(ordered, x, key=rank)
                 ordered.insert(at, req)
                 if entries is not None:
                     entries.insert(at, (req, 1))
-
-    def _where(self, ordered: list[Request], x: Any) -> int:
-        """Where rank ``x`` goes in the kept running order ``ordered``: after its equals."""
-        return bisect.bisect_right(ordered, x, key=self.rank)
 
     def admit_waiting(self, scheduled: list[tuple[Request, int]], budget: int) -> int:
         """:meth:`BatchPolicy.admit_waiting` from a :class:`KeyedQueue` without memory
@@ -172,6 +168,9 @@ class KeyedPolicy(BatchPolicy):
         last: tuple[Request, Any] | None = None
         make, arrival = waiting._make, waiting._arrival
         while budget > 0 and (live or waiting._lazy):
+            full = slots.count >= slots.capacity
+            if full and not preemptive:
+                break
             entry = waiting._top
             if entry is None:  # (waiting.top(), when the heap's first is live)
                 entry = heap[0]
@@ -185,9 +184,7 @@ class KeyedPolicy(BatchPolicy):
                     waiting._top = entry
                 else:
                     entry = top()
-            if slots.count >= slots.capacity:
-                if not preemptive:
-                    break
+            if full:
                 if own_victim:  # (KeyedPolicy.victim, with the head's key from its entry)
                     if not running:
                         break

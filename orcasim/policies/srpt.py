@@ -101,26 +101,6 @@ class SRPT(SJF):
         self._sorted_at = self.ctx.env._now  # kept as requests come and go until a step ends
         return ordered
 
-    def _where(self, ordered: list[Request], x: Any) -> int:
-        """``bisect_right`` by rank, with the true lengths' rank of a member of the pool or
-        not worked out in the loop (the same values as :attr:`rank`)."""
-        pool = self.pool
-        if not self._exact or pool is None:
-            return super()._where(ordered, x)
-        members, steps = pool.members, pool.steps
-        lo, hi = 0, len(ordered)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            r = ordered[mid]
-            b = members.get(r)
-            left = r.output_len - r.num_output_tokens if b is None else (
-                r.output_len - r.num_output_tokens - steps + b[0])
-            if x < (left if left > 0 else 0, r.arrival):
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
-
     def memory_victim(self) -> Request:
         ordered = self._ordered
         if (ordered is not None and self._sorted_at == self.ctx.env._now
