@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from orcasim.context import SchedulerContext
+from orcasim.policies.common import BatchPolicy
 from orcasim.policies.keys import KeyCache
 from orcasim.policies.sjf import SJF, LengthParams
 from orcasim.registry import policies
@@ -100,6 +101,21 @@ class SRPT(SJF):
             ordered = self._ordered = sorted(reqs, key=self.rank)
         self._sorted_at = self.ctx.env._now  # kept as requests come and go until a step ends
         return ordered
+
+    def decode_entries(self) -> list[tuple[Request, int]]:
+        """:meth:`KeyedPolicy.decode_entries`, at once right after a run with the true
+        lengths (then :meth:`order` keeps its order, and the entries kept with it hold)."""
+        ordered, entries, running = self._ordered, self._entries, self.running
+        decoding = self.decoding
+        if (self._exact and decoding is not None and decoding[0] is running
+                and ordered is not None and len(ordered) == len(running)
+                and entries is not None and self._entries_of is ordered
+                and len(entries) == len(ordered) and self.mem is None
+                and type(self).order is SRPT.order
+                and type(self).order_running is BatchPolicy.order_running):
+            self._sorted_at = self.ctx.env._now  # (order)
+            return entries.copy()
+        return super().decode_entries()
 
     def memory_victim(self) -> Request:
         ordered = self._ordered
