@@ -25,6 +25,10 @@ from orcasim.policies.pooled import plain_contexts, pool_contexts, tally
 from orcasim.registry import policies
 from orcasim.request import Request
 
+#: the step rule's running requests' tokens, as defined (a subclass, or a test, that replaces
+#: it schedules them its own way: then the decode plan is made through it)
+PLAIN_SCHEDULE_RUNNING = BatchPolicy.schedule_running
+
 
 @policies.register("prefill-first")
 class PrefillFirst(BatchPolicy):
@@ -85,7 +89,7 @@ class PrefillFirst(BatchPolicy):
                 return self.planned(plan)
         pool = self.pool
         if (self.decoding is None and pool is not None and pool.size and self._fifo
-                and kind.schedule_running is BatchPolicy.schedule_running):
+                and kind.schedule_running is PLAIN_SCHEDULE_RUNNING):
             # (schedule_running and make_plan: the pool's members decode, then each other
             # running request computes what it misses, within a budget it cannot reach)
             p = pool.size

@@ -15,6 +15,7 @@ from typing import Any
 
 from orcasim.context import SchedulerContext
 from orcasim.policies.common import BatchPolicy
+from orcasim.policies.keyed import KeyedPolicy
 from orcasim.policies.keys import KeyCache
 from orcasim.policies.sjf import SJF, LengthParams
 from orcasim.registry import policies
@@ -111,7 +112,7 @@ class SRPT(SJF):
                 and ordered is not None and len(ordered) == len(running)
                 and entries is not None and self._entries_of is ordered
                 and len(entries) == len(ordered) and self.mem is None
-                and type(self).order is SRPT.order
+                and type(self).order is PLAIN[0] and KeyedPolicy.decode_entries is PLAIN[1]
                 and type(self).order_running is BatchPolicy.order_running):
             self._sorted_at = self.ctx.env._now  # (order)
             return entries.copy()
@@ -123,3 +124,8 @@ class SRPT(SJF):
                 and len(ordered) == len(self.running)):
             return ordered[-1]
         return max(reversed(self.running), key=self.rank)
+
+
+#: :meth:`SRPT.order` and the keyed decode entries, as defined (a subclass, or a test, that
+#: replaces one of them sees every run's entries made through it)
+PLAIN = (SRPT.order, KeyedPolicy.decode_entries)
