@@ -219,8 +219,8 @@ class BatchPolicy(PooledPlans, TokenPolicy):
         for req in order if mem is None else list(order):
             if budget <= 0:
                 break
-            need = req.num_tokens - req.num_computed_tokens
-            if need > budget:
+            need = (req.prompt_len or 1) + req.num_output_tokens - req.num_computed_tokens
+            if need > budget:  # (need: its num_tokens less those computed)
                 if chunk:
                     need = budget
                 elif scheduled:
@@ -388,8 +388,12 @@ ONE = repeat(1)
 
 
 def unschedule(scheduled: list[tuple[Request, int]], req: Request) -> int:
-    """Remove ``req`` from ``scheduled``; return the tokens it had (0 if absent)."""
-    for i, (r, n) in enumerate(scheduled):
+    """Remove ``req`` from ``scheduled``; return the tokens it had (0 if absent).
+
+    Looks from the end: a victim (the last in its policy's order) is scheduled late, and a
+    request is scheduled once."""
+    for i in range(len(scheduled) - 1, -1, -1):
+        r, n = scheduled[i]
         if r is req:
             del scheduled[i]
             return n

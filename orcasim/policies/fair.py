@@ -26,6 +26,7 @@ from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
 from orcasim.policies.common import BatchPolicy, TokenParams
 from orcasim.policies.grouped import GroupedQueue
+from orcasim.policies.pooled import PooledPlans
 from orcasim.request import Request
 
 
@@ -57,6 +58,8 @@ class FairSharePolicy(BatchPolicy):
     #: the request attribute that names its group (``tenant`` or ``cls``)
     group_attr: ClassVar[str] = "tenant"
     runs_unchanged = True
+    #: off: :meth:`admit_waiting` takes the general steps of :class:`BatchPolicy`
+    lean_admission: ClassVar[bool] = True
 
     def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
@@ -79,6 +82,8 @@ class FairSharePolicy(BatchPolicy):
         self._run_counts: dict[Hashable, int] | None = None
         #: lifts during the run in flight: (time, group, the groups then backlogged)
         self._lifts: list[tuple[float, Hashable, list[Hashable]]] = []
+        #: whether :meth:`steps_left` is the one that make_plan notes
+        self._plain_left = type(self).steps_left is PooledPlans.steps_left
 
     def weight(self, group: Any) -> float:
         return self._weights.get(group, 1.0)
@@ -114,8 +119,49 @@ class FairSharePolicy(BatchPolicy):
         self._last_served = c
         running = self._running_groups
         running[g] = running.get(g, 0) + 1
-        self._queue.forget_choice()
+        self._queue._chosen = []  # (forget_choice)
         self._all_emit = None
+
+    def admit_waiting(self, scheduled: list[tuple[Request, int]], budget: int) -> int:
+        """:meth:`BatchPolicy.admit_waiting` from its :class:`GroupedQueue` without memory
+        limits or preemption, the same steps with the chosen group's queue at hand."""
+        ctx = self.ctx
+        q = ctx.waiting
+        slots = ctx.slots
+        if (q is not self._queue or self.mem is not None or self.preemptive
+                or not self.lean_admission):
+            return super().admit_waiting(scheduled, budget)
+        running = self.running
+        admit, admitted = ctx.admit, self.admitted
+        queues = q.queues
+        while budget > 0 and slots.count < slots.capacity and q._n:
+            chosen = q._chosen  # (queue[0]: the chosen group's head)
+            g = chosen[0] if chosen else q.next_group()
+            gq = queues[g]
+            head = gq[0]
+            if type(head) is int:
+                head = gq[0] = q._make(head)  # type: ignore[misc]
+            need = (head.prompt_len or 1) + head.num_output_tokens - head.num_computed_tokens
+            if need > budget:
+                if self.chunked:
+                    need = budget
+                elif scheduled:
+                    break  # head-of-line: it waits for a step with room
+                elif head.num_output_tokens == 0 and need > self.params.token_budget:
+                    q.popleft()
+                    ctx.reject(head, "prompt_too_long")
+                    continue
+            gq.popleft()  # (queue.popleft: pop_group of the chosen group)
+            q._n -= 1
+            if not gq:
+                q._chosen = []
+            admit(head)
+            running.append(head)
+            self.decoding = None  # the batch changed
+            scheduled.append((head, need))
+            budget -= need
+            admitted(head)
+        return budget
 
     def release(self, req: Request) -> None:
         super().release(req)
@@ -129,8 +175,11 @@ class FairSharePolicy(BatchPolicy):
 
     def charge(self, plan: StepPlan) -> None:
         """Charge each group ``w_output`` for every token its requests emit in ``plan``."""
-        if (self.mem is None and plan.num_seqs == len(self.running)
-                and self.steps_left(plan)):  # every running request emits
+        noted, left = self._left  # (steps_left, as make_plan noted it)
+        if noted is not plan or not self._plain_left:
+            left = self.steps_left(plan)
+        if self.mem is None and plan.num_seqs == len(self.running) and left:
+            # every running request emits
             counts = self._all_emit
             if counts is None:  # (kept until a request joins or leaves; never changed)
                 counts = self._all_emit = {g: m for g, m in self._running_groups.items() if m}
@@ -155,7 +204,7 @@ class FairSharePolicy(BatchPolicy):
             n = m * steps
             x = counters.get(g, 0.0)
             counters[g] = x + c if n == 1 else add_repeated(x, c, n)  # (one token: x + c)
-        self._queue.forget_choice()
+        self._queue._chosen = []  # (forget_choice)
 
     def decode_run(self, plan: StepPlan | None = None) -> tuple[int, int, int, bool] | None:
         noted, counts = self._emitting
@@ -172,6 +221,10 @@ class FairSharePolicy(BatchPolicy):
             self.ctx.poll_arrivals()
         self._settle(ends, len(ends) - 1)
         super().complete_run(plan, ends)
+
+    #: right after a run its :meth:`schedule` is the plain one: the run's charges are settled
+    #: (see :func:`~orcasim.policies.token_loop.plain_after_run`)
+    plain_after_run: ClassVar[bool] = True
 
     def schedule(self) -> list[tuple[Request, int]]:
         if self._run_counts is not None:  # the engine ran the offered run's first step alone

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterable
+from heapq import heappop
 from typing import Any, ClassVar
 
 from orcasim.context import SchedulerContext
 from orcasim.params import ComponentParams
+from orcasim.policies.base import TokenPolicy
 from orcasim.policies.common import ONE, BatchPolicy, unschedule
 from orcasim.policies.keys import KeyCache
 from orcasim.policies.queues import KeyedQueue
@@ -57,6 +59,11 @@ class KeyedPolicy(BatchPolicy):
         #: whether the hook below :meth:`admitted` is the plain one (which does nothing)
         self._plain_admitted = (getattr(super().admitted, "__func__", None)
                                 is BatchPolicy.admitted)
+        #: what else :meth:`release` does with a request that leaves (a subclass's caches)
+        self._forget: Callable[[Request], None] | None = None
+        #: whether the release below :meth:`release` is the plain one (memory, if limited)
+        self._plain_release = (getattr(super().release, "__func__", None)
+                               is TokenPolicy.release)
 
     def key(self, req: Request) -> Any:
         """Sort key of ``req`` (smaller runs first); computed when it is queued."""
@@ -142,10 +149,10 @@ class KeyedPolicy(BatchPolicy):
         waiting = ctx.waiting
         slots = ctx.slots
         preemptive = self.preemptive
-        if budget <= 0 or not waiting or (slots.count >= slots.capacity and not preemptive):
-            return budget
         if self.mem is not None or type(waiting) is not KeyedQueue or not self.lean_admission:
             return super().admit_waiting(scheduled, budget)
+        if budget <= 0 or (slots.count >= slots.capacity and not preemptive):
+            return budget  # (as an empty queue: the loop below admits nothing)
         kind = type(self)
         own_victim = kind.victim is KeyedPolicy.victim
         own_admitted = kind.admitted is KeyedPolicy.admitted and self._plain_admitted
@@ -153,18 +160,37 @@ class KeyedPolicy(BatchPolicy):
         keys = self._keys
         rank = self.rank
         running = self.running
+        ordered = self._ordered
         w = waiting._width
-        top, popleft, admit = waiting.top, waiting.popleft, ctx.admit
-        while budget > 0 and waiting:
-            if slots.count >= slots.capacity:
-                if not preemptive:
-                    break
-                entry = top()
+        # (the queue's top and popleft, inline: its heap, live entries and cached top)
+        top, heap, live, admit = waiting.top, waiting._heap, waiting._live, ctx.admit
+        #: the request last in the kept order and its rank, as this boundary found them
+        last: tuple[Request, Any] | None = None
+        make, arrival = waiting._make, waiting._arrival
+        while budget > 0 and (live or waiting._lazy):
+            full = slots.count >= slots.capacity
+            if full and not preemptive:
+                break
+            entry = waiting._top
+            if entry is None:  # (waiting.top(), when the heap's first is live)
+                entry = heap[0]
+                x = entry[-1]
+                if type(x) is int:  # a workload index: its request now
+                    req = make(x, arrival[x])
+                    live[id(req)] = entry[-2]
+                    waiting._lazy -= 1
+                    entry = heap[0] = waiting._top = (*entry[:-1], req)
+                elif live.get(id(x)) == entry[-2]:
+                    waiting._top = entry
+                else:
+                    entry = top()
+            if full:
                 if own_victim:  # (KeyedPolicy.victim, with the head's key from its entry)
                     if not running:
                         break
                     victim = self.memory_victim()
-                    if not (entry[:w] if w else entry[0]) < rank(victim):
+                    worst = last[1] if last is not None and last[0] is victim else rank(victim)
+                    if not (entry[:w] if w else entry[0]) < worst:
                         break
                 else:
                     victim = self.victim(entry[-1])
@@ -172,8 +198,9 @@ class KeyedPolicy(BatchPolicy):
                         break
                 budget += unschedule(scheduled, victim)
                 self.preempt(victim, "priority")
+                ordered = self._ordered
+                last = None
                 continue
-            entry = top()
             head = entry[-1]
             need = (head.prompt_len or 1) + head.num_output_tokens - head.num_computed_tokens
             if need > budget:
@@ -182,10 +209,13 @@ class KeyedPolicy(BatchPolicy):
                 elif scheduled:
                     break  # head-of-line: it waits for a step with room
                 elif head.num_output_tokens == 0 and need > self.params.token_budget:
-                    popleft()
+                    waiting.popleft()
                     ctx.reject(head, "prompt_too_long")
                     continue
-            popleft()
+            waiting.popped = entry  # (waiting.popleft: the top is the heap's first)
+            heappop(heap)
+            del live[id(head)]
+            waiting._top = None
             admit(head)
             running.append(head)
             self.decoding = None  # the batch changed
@@ -194,16 +224,34 @@ class KeyedPolicy(BatchPolicy):
             if own_admitted:  # (admitted: the key as it was queued)
                 if static:
                     x = keys[head] = entry[:w] if w else entry[0]
-                    if self._ordered is not None:
+                if ordered is not None:  # (_place, in one look when it goes last)
+                    if not static:
+                        x = rank(head)
+                    if ordered and x < (lx := rank(ordered[-1])):
+                        last = (ordered[-1], lx)
                         self._place(head, x)
-                elif self._ordered is not None:
-                    self._place(head, rank(head))
+                    else:
+                        last = (head, x)
+                        entries = self._entries
+                        if entries is not None and self._entries_of is ordered:
+                            if len(entries) == len(ordered):
+                                entries.append((head, 1))
+                            else:
+                                self._entries = None
+                        ordered.append(head)
             else:
                 self.admitted(head)
+                ordered = self._ordered
+                last = None
         return budget
 
     def release(self, req: Request) -> None:
-        super().release(req)
+        if self._plain_release:  # (TokenPolicy.release: memory, if limited)
+            kv = self.ctx.kv
+            if kv.limited and kv.holds(req):
+                kv.release(req)
+        else:
+            super().release(req)
         ordered = self._ordered
         # (absent if a subclass's admitted() skipped ours: then order() does not use it)
         if ordered is not None:
@@ -220,11 +268,15 @@ class KeyedPolicy(BatchPolicy):
                     else:
                         self._entries = None
         self._keys.pop(req, None)
+        forget = self._forget
+        if forget is not None:
+            forget(req)
 
     def decode_entries(self) -> list[tuple[Request, int]]:
         """:meth:`BatchPolicy.decode_entries`, from a copy of ``(request, 1)`` pairs kept in
         the order of the running requests as they are admitted and leave."""
-        ordered = self.order_running()
+        ordered = (self.order(self.running) if type(self).order_running
+                   is BatchPolicy.order_running else self.order_running())
         entries = self._entries
         if (ordered is self._ordered and entries is not None and self._entries_of is ordered
                 and len(entries) == len(ordered)):

@@ -16,12 +16,18 @@ from typing import ClassVar
 
 from pydantic import Field
 
+from orcasim.backlog import Backlog
 from orcasim.plan import StepPlan
+from orcasim.policies.backlog_admit import admit_from_backlog
 from orcasim.policies.base import slots_field
 from orcasim.policies.common import BatchPolicy, MemoryParams
-from orcasim.policies.pooled import plain_contexts, tally
+from orcasim.policies.pooled import plain_contexts, pool_contexts, tally
 from orcasim.registry import policies
 from orcasim.request import Request
+
+#: the step rule's running requests' tokens, as defined (a subclass, or a test, that replaces
+#: it schedules them its own way: then the decode plan is made through it)
+PLAIN_SCHEDULE_RUNNING = BatchPolicy.schedule_running
 
 
 @policies.register("prefill-first")
@@ -62,9 +68,17 @@ class PrefillFirst(BatchPolicy):
             now = ctx.env._now
             if src.pending_until(now):
                 src.flush(now)
-        if ctx.waiting:
+        waiting = ctx.waiting
+        slots = ctx.slots
+        # (admit_waiting admits nothing into a full batch unless it preempts)
+        if waiting and (slots.count < slots.capacity or self.preemptive):
             scheduled: list[tuple[Request, int]] = []
-            self.admit_waiting(scheduled, self.params.token_budget)
+            if (type(waiting) is Backlog and not self.preemptive and self.lean_backlog
+                    and kind.admit_waiting is BatchPolicy.admit_waiting):  # (its steps)
+                admit_from_backlog(self, waiting, scheduled, self.params.token_budget,
+                                   type(self).admitted is not BatchPolicy.admitted)
+            else:
+                self.admit_waiting(scheduled, self.params.token_budget)
             if scheduled:  # (PooledPlans.make_plan, with no member of the pool among them)
                 self._decodes = None
                 kv, prefill, decode, left = tally(scheduled, 0, 0, 0, 1 << 62)
@@ -73,5 +87,22 @@ class PrefillFirst(BatchPolicy):
                 self._left = (plan, left)
                 self._pooled = (plan, 0, scheduled)
                 return self.planned(plan)
+        pool = self.pool
+        if (self.decoding is None and pool is not None and pool.size and self._fifo
+                and kind.schedule_running is PLAIN_SCHEDULE_RUNNING):
+            # (schedule_running and make_plan: the pool's members decode, then each other
+            # running request computes what it misses, within a budget it cannot reach)
+            p = pool.size
+            scheduled = pool.entries.copy()
+            rest = [(r, (r.prompt_len or 1) + r.num_output_tokens - r.num_computed_tokens)
+                    for r in self.running[p:]]
+            scheduled += rest
+            self._decodes = None
+            kv, prefill, decode, left = tally(rest, pool.kv, 0, p, pool.first_finish())
+            plan = StepPlan(len(scheduled), kv, prefill, decode, scheduled,
+                            partial(pool_contexts, pool, scheduled))
+            self._left = (plan, left)
+            self._pooled = (plan, p, rest)
+            return self.planned(plan)
         scheduled = self.schedule_running(1 << 62)[0]
         return self.planned(self.make_plan(scheduled)) if scheduled else None

@@ -38,6 +38,8 @@ class SJF(KeyedPolicy):
     def __init__(self, params: LengthParams, ctx: SchedulerContext) -> None:
         self.predict = LengthPredictor(params.sigma, ctx)
         super().__init__(params, ctx)
+        if params.sigma != 0.0:  # (the true lengths keep no predictions)
+            self._forget = self._forget_prediction
 
     key_width = 2  # (key: a pair)
 
@@ -46,9 +48,12 @@ class SJF(KeyedPolicy):
 
     def index_key(self, source: Any) -> Callable[[int], Any] | None:
         of_row, output, arrival = self.predict.of_row, source._output, source._arrival
+        if self.predict.sigma == 0.0:  # (of_row: the true length)
+            return lambda i: (float(output[i]), arrival[i])
         return lambda i: (of_row(i, output[i]), arrival[i])
 
-    def release(self, req: Request) -> None:
-        super().release(req)
+    def _forget_prediction(self, req: Request) -> None:
+        """``req`` left the batch: drop its prediction if it finished (as :meth:`release`
+        calls it)."""
         if req.num_output_tokens >= req.output_len:
             self.predict.forget(req)

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from orcasim.context import SchedulerContext
+from orcasim.policies.common import BatchPolicy
+from orcasim.policies.keyed import KeyedPolicy
 from orcasim.policies.keys import KeyCache
 from orcasim.policies.sjf import SJF, LengthParams
 from orcasim.registry import policies
@@ -35,7 +37,9 @@ class SRPT(SJF):
     def __init__(self, params: LengthParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
         self.preemptive = True
-        self._preds = preds = KeyCache(self.predict)
+        # the predictions by request: kept as the key cache (unused with keys that change),
+        # which :meth:`~orcasim.policies.keyed.KeyedPolicy.release` empties as requests leave
+        self._preds = self._keys = preds = KeyCache(self.predict)
         self._sorted_at = -1.0  # the time self._ordered was last put in order
         #: whether remaining lengths are whole numbers that stay above 0 while running
         self._exact = self.predict.sigma == 0.0
@@ -44,6 +48,14 @@ class SRPT(SJF):
             def rank(req: Request) -> Any:  # key(), with the prediction looked up
                 left = preds[req] - req.num_output_tokens
                 return (left if left > 0.0 else 0.0, req.arrival)
+        elif self._exact:
+            members = pool.members
+
+            def rank(req: Request) -> Any:  # the same with the true lengths, in whole numbers
+                b = members.get(req)  # (which compare with the queue's keys as their floats)
+                left = req.output_len - req.num_output_tokens if b is None else (
+                    req.output_len - req.num_output_tokens - pool.steps + b[0])
+                return (left if left > 0 else 0, req.arrival)
         else:
             members = pool.members
 
@@ -65,6 +77,8 @@ class SRPT(SJF):
 
     def index_key(self, source: Any) -> Callable[[int], Any] | None:
         of_row, output, arrival = self.predict.of_row, source._output, source._arrival
+        if self.predict.sigma == 0.0:  # (of_row: the true length, at least 0)
+            return lambda i: (float(output[i]), arrival[i])
         return lambda i: (max(of_row(i, output[i]) - 0, 0.0), arrival[i])  # (nothing generated)
 
     def pool_safe(self) -> bool:
@@ -89,6 +103,21 @@ class SRPT(SJF):
         self._sorted_at = self.ctx.env._now  # kept as requests come and go until a step ends
         return ordered
 
+    def decode_entries(self) -> list[tuple[Request, int]]:
+        """:meth:`KeyedPolicy.decode_entries`, at once right after a run with the true
+        lengths (then :meth:`order` keeps its order, and the entries kept with it hold)."""
+        ordered, entries, running = self._ordered, self._entries, self.running
+        decoding = self.decoding
+        if (self._exact and decoding is not None and decoding[0] is running
+                and ordered is not None and len(ordered) == len(running)
+                and entries is not None and self._entries_of is ordered
+                and len(entries) == len(ordered) and self.mem is None
+                and type(self).order is PLAIN[0] and KeyedPolicy.decode_entries is PLAIN[1]
+                and type(self).order_running is BatchPolicy.order_running):
+            self._sorted_at = self.ctx.env._now  # (order)
+            return entries.copy()
+        return super().decode_entries()
+
     def memory_victim(self) -> Request:
         ordered = self._ordered
         if (ordered is not None and self._sorted_at == self.ctx.env._now
@@ -96,6 +125,7 @@ class SRPT(SJF):
             return ordered[-1]
         return max(reversed(self.running), key=self.rank)
 
-    def release(self, req: Request) -> None:
-        super().release(req)
-        self._preds.pop(req, None)
+
+#: :meth:`SRPT.order` and the keyed decode entries, as defined (a subclass, or a test, that
+#: replaces one of them sees every run's entries made through it)
+PLAIN = (SRPT.order, KeyedPolicy.decode_entries)

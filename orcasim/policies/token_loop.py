@@ -39,6 +39,18 @@ PLAIN_RULE = (BatchPolicy.ready_plan, BatchPolicy.schedule, BatchPolicy.schedule
               PooledPlans.make_plan)
 
 
+def plain_after_run(kind: type) -> bool:
+    """Whether ``kind``'s ``schedule`` is :class:`BatchPolicy`'s at a boundary right after a
+    run: it is that one, or the class that defines it says so (``plain_after_run = True``
+    in its own body: what it adds has nothing to do there)."""
+    if kind.schedule is PLAIN_RULE[1]:  # type: ignore[attr-defined]
+        return True
+    for c in kind.__mro__:
+        if "schedule" in c.__dict__:
+            return bool(c.__dict__.get("plain_after_run", False))
+    return False
+
+
 class TokenRunLoop:
     """Boundaries of a token-level policy without memory limits, in one frame (see the
     module)."""
@@ -84,7 +96,7 @@ class TokenRunLoop:
         :class:`~orcasim.policies.common.BatchPolicy` (its schedule, running requests' tokens
         and plan), which :meth:`_after_run` follows."""
         kind = type(policy)
-        return (kind.ready_plan is PLAIN_RULE[0] and kind.schedule is PLAIN_RULE[1]
+        return (kind.ready_plan is PLAIN_RULE[0] and plain_after_run(kind)
                 and kind.schedule_running is PLAIN_RULE[2] and kind.make_plan is PLAIN_RULE[3]
                 and policy.pool is not None)
 
@@ -184,6 +196,8 @@ class TokenRunLoop:
         r_start, r_len, r_seqs, r_tokens, r_tokens_rest, r_count, r_count_rest = rec._r_appends
         inf = float("inf")
         kind = type(policy)
+        #: every arrival may preempt (TokenRuns.arrival_may_preempt: without asking)
+        any_arrival = kind.arrival_may_preempt is TokenRuns.arrival_may_preempt
         plain_run = (kind.decode_run is TokenRuns.decode_run and kind.has_room is TokenRuns.has_room
                      and kind.steps_left is PooledPlans.steps_left)
         slots = ctx.slots
@@ -209,12 +223,14 @@ class TokenRunLoop:
                 if plan.num_seqs == size:
                     room = slots.count < slots.capacity
                     preemptive = policy.preemptive
-                    if not ((room or (preemptive and plan.num_tokens >= policy._run_budget))
+                    tokens = plan.num_prefill_tokens + plan.num_decode_tokens  # (num_tokens)
+                    if not ((room or (preemptive and tokens >= policy._run_budget))
                             and waiting):
                         left = policy._left[1]
                         if left:
-                            run = (size, plan.num_kv_tokens + plan.num_tokens, left,
-                                   room or (preemptive and policy.arrival_may_preempt()))
+                            run = (size, plan.num_kv_tokens + tokens, left,
+                                   room or (preemptive and (any_arrival
+                                                            or policy.arrival_may_preempt())))
             else:
                 run = decode_run(plan)
             if run is not None and plan.scheduled is not None and not by_aggregates:
