@@ -186,6 +186,8 @@ class _RowsOnly(Recorder):
     finished), no step columns or inter-token gaps (the trace lines say what each step
     did, and nothing reads the run's metrics)."""
 
+    records_steps = False
+
     def record_step(self, t_start: float, t_end: float, num_seqs: int, num_tokens: int,
                     num_waiting: int, itl_count: int) -> None:
         return None

@@ -41,7 +41,7 @@ class TraceWriter:
         self._waiting_labels: list[str] = []
         # what the summary counts, kept as the lines are made (see summary)
         self.requests: list[Request] = []  # every arrival, in arrival order
-        self.num_steps = 0  # lines that scheduled tokens
+        self.num_empty = 0  # lines that scheduled no tokens
         self.num_preemptions = 0
         self.finish_step: dict[str, int] = {}  # in the order the lines finish them
 
@@ -54,8 +54,8 @@ class TraceWriter:
             arrivals = [r.label for r in out.arrivals]
             labels.update(zip(out.arrivals, arrivals, strict=True))
             self.requests += out.arrivals
-        if out.num_tokens:
-            self.num_steps += 1
+        if not out.num_tokens:
+            self.num_empty += 1
         # the harness's entry fields, in its order (an admission also gives its cached tokens)
         entries = [{"id": label(req), "n": n, "start": start, "kind": "running", "emits": emits}
                    if kind == KIND_RUNNING else
@@ -124,7 +124,7 @@ class TraceWriter:
             pos = next(i for i, e in enumerate(line["scheduled"]) if e["id"] == label)
             firsts.append((step, pos, label))
         firsts.sort()
-        num_steps = self.num_steps
+        num_steps = len(lines) - self.num_empty  # lines that scheduled tokens
         return {
             "simulator": "orcasim",
             "config": workload.config,
