@@ -10,11 +10,11 @@ seconds of ``orcasim run`` for ``continuous`` with every output and plot, in
 a child process.
 
     python benchmarks/bench_peer_trace.py [--requests 50000] [--policies vllm-v1]
-        [--simulate-only]
+        [--simulate-only] [--gc-off]
 
 Under callgrind (``PYTHONHASHSEED=0 valgrind --tool=callgrind
 --callgrind-out-file=/dev/null python benchmarks/bench_peer_trace.py
---requests N --policies P --simulate-only`` at two request counts), the
+--requests N --policies P --simulate-only --gc-off`` at two request counts), the
 difference of the instructions over the difference of the requests is a
 policy's cost per request with the fixed costs cancelled.
 """
@@ -22,6 +22,7 @@ policy's cost per request with the fixed costs cancelled.
 from __future__ import annotations
 
 import argparse
+import gc
 import resource
 import subprocess
 import sys
@@ -45,7 +46,12 @@ def main() -> None:
     ap.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES),
                     help="simulate only these (under callgrind: one policy's instructions)")
     ap.add_argument("--simulate-only", action="store_true", help="leave out `orcasim run`")
+    ap.add_argument("--gc-off", action="store_true",
+                    help="no cyclic garbage collection (under callgrind: its passes come at "
+                    "allocation counts and move a run's instructions by tens of millions)")
     args = ap.parse_args()
+    if args.gc_off:
+        gc.disable()
     secs = {}
     for name in args.policies:
         policy = POLICIES[name]
