@@ -189,7 +189,7 @@ class Engine(RunTiming):
         policy = self.policy
         step_time = self.latency.step_time
         rec = ctx.recorder
-        record_step = rec.record_step
+        record_step = rec.record_step if rec.records_steps else None
         trace = rec.trace_steps
         timeout = simpy.Timeout
         prev_end = 0.0
@@ -321,8 +321,9 @@ class Engine(RunTiming):
                     ctx.end_step(t1)
                 if labels is not None:
                     rec.record_batch(t0, t1, labels)
-                record_step(t0, t1, plan.num_seqs, plan.num_tokens, num_waiting,
-                            plan.num_itl_tokens)
+                if record_step is not None:
+                    record_step(t0, t1, plan.num_seqs, plan.num_tokens, num_waiting,
+                                plan.num_itl_tokens)
                 prev_end = t1
                 self.busy_time = busy
         except simpy.Interrupt as stop:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import gc
 import json
 import time
-from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,10 +35,10 @@ from orcasim.errors import SimulationError, UsageError
 from orcasim.latency.linear import ConstantLatency
 from orcasim.metrics.recorder import Recorder
 from orcasim.params import ComponentParams
-from orcasim.policies.vllm_v1 import KIND_NAMES, KIND_RUNNING, StepOutput, VllmV1, misfit_reason
-from orcasim.request import Request
+from orcasim.policies.vllm_v1 import VllmV1, misfit_reason
 from orcasim.source import OpenLoopSource
 from orcasim.spec import format_validation_error
+from orcasim.trace_writer import TraceWriter
 from orcasim.workload.base import WorkloadArrays
 
 #: the harness's config keys and defaults (``output_token``: the stub's token id, no effect)
@@ -181,81 +180,13 @@ def load_workload(path: str | Path) -> StepWorkload:
     return parse_workload(data, source)
 
 
-class TraceWriter:
-    """Observer of a ``vllm-v1`` policy that builds one harness trace line per schedule call.
-
-    A line is complete when the step's output has been processed (its
-    ``finished`` and ``free_blocks_after_update``); lines complete in step order.
-    """
-
-    def __init__(self, block_tables: bool = False) -> None:
-        self.block_tables = block_tables
-        self.lines: list[dict[str, Any]] = []
-        self._open: deque[dict[str, Any]] = deque()  # lines awaiting their output, oldest first
-        # labels of the requests in the system, by request (each made once, at arrival)
-        self._labels: dict[Request, str] = {}
-        self._label = self._labels.__getitem__
-        # the running list and the queue at the last call and their labels: from one step
-        # to the next they mostly stay the same, and comparing them is cheaper than labelling
-        self._running: list[Request] = []  # (requests compare by identity)
-        self._running_labels: list[str] = []
-        self._waiting: list[Request] = []
-        self._waiting_labels: list[str] = []
-
-    def scheduled(self, policy: VllmV1, out: StepOutput) -> None:
-        kv = policy.kv
-        labels = self._labels
-        label = self._label
-        arrivals = []
-        if out.arrivals:
-            arrivals = [r.label for r in out.arrivals]
-            labels.update(zip(out.arrivals, arrivals, strict=True))
-        # the harness's entry fields, in its order (an admission also gives its cached tokens)
-        entries = [{"id": label(req), "n": n, "start": start, "kind": "running", "emits": emits}
-                   if kind == KIND_RUNNING else
-                   {"id": label(req), "n": n, "start": start, "kind": KIND_NAMES[kind],
-                    "emits": emits, "cached": start}
-                   for req, n, start, kind, emits in out.entries]
-        if self.block_tables:
-            for e, entry in zip(entries, out.entries, strict=True):
-                e["blocks"] = kv.block_ids(entry[0])
-        preempted = out.preempted
-        running = policy.running
-        if running != self._running:
-            self._running = running[:]
-            self._running_labels = list(map(label, running))
-        waiting = policy.ctx.waiting
-        if waiting or self._waiting:
-            waiting = list(waiting)
-            if waiting != self._waiting:
-                self._waiting = waiting
-                self._waiting_labels = list(map(label, waiting))
-        line = {
-            "step": round(policy.ctx.env._now),
-            "arrivals": arrivals,
-            "scheduled": entries,
-            "num_batched_tokens": out.num_tokens,
-            "preempted": sorted(map(label, preempted)) if preempted else [],
-            "running": self._running_labels[:],
-            "waiting": self._waiting_labels[:],
-            "free_blocks_after_schedule": kv.pool.free_queue.num_free_blocks,
-            "cached_blocks": len(kv.pool.cached),
-            "finished": None,  # (set by updated: made here, the dict is made at its size)
-            "free_blocks_after_update": None,
-        }
-        self._open.append(line)
-        self.lines.append(line)
-
-    def updated(self, policy: VllmV1, out: StepOutput, finished: list[Request]) -> None:
-        line = self._open.popleft()  # outputs come in step order
-        line["finished"] = list(map(self._labels.pop, finished)) if finished else []
-        line["free_blocks_after_update"] = policy.kv.pool.free_queue.num_free_blocks
-
 
 class _RowsOnly(Recorder):
     """A step trace's recorder: the requests' rows (the run checks that every request
     finished), no step columns or inter-token gaps (the trace lines say what each step
     did, and nothing reads the run's metrics)."""
+
+    records_steps = False
 
     def record_step(self, t_start: float, t_end: float, num_seqs: int, num_tokens: int,
                     num_waiting: int, itl_count: int) -> None:
@@ -321,12 +252,13 @@ def _run_trace(workload: StepWorkload, block_tables: bool
     if rec.num_recorded != len(workload.requests) or writer._open:
         raise SimulationError(f"the run ended with {len(workload.requests) - rec.num_recorded} "
                            "requests unfinished")
-    return lines, summarize_trace(lines, workload, wall)
+    return lines, writer.summary(workload, wall)
 
 
 def summarize_trace(lines: list[dict[str, Any]], workload: StepWorkload,
                     wall_s: float) -> dict[str, Any]:
-    """The summary line's figures, as the harness computes them from its trace."""
+    """The summary line's figures, as the harness computes them from its trace (a run's
+    :meth:`TraceWriter.summary` gives the same without a pass over the lines)."""
     finish_step: dict[str, int] = {}
     first_token_step: dict[str, int] = {}
     for line in lines:

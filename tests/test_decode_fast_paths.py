@@ -53,6 +53,7 @@ def test_roofline_decode_step_is_step_time_bit_for_bit(kw):
     {"model": "llama-2-7b", "gpu": "a100-80gb"},
     {"model": "mixtral-8x7b", "gpu": "h100-sxm", "tp": 2},
     {"compute_efficiency": 0.001},
+    {"compute_efficiency": 0.01},  # compute-bound at short contexts, memory-bound at long ones
 ])
 def test_roofline_decode_ends_is_the_loop_over_decode_step(kw):
     """A run timed at once: the ends and busy time of the engine's loop over decode_step

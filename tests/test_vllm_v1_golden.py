@@ -14,7 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from orcasim.steptrace import first_difference, load_workload, read_trace, run_trace
+from orcasim.steptrace import (
+    first_difference,
+    load_workload,
+    read_trace,
+    run_trace,
+    summarize_trace,
+)
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "vllm_v1"
 TRACES = sorted(GOLDEN.glob("*.trace.jsonl"))
@@ -46,6 +52,17 @@ def test_trace_equals_vllm(trace: Path):
     for key in ("last_step", "num_engine_steps", "num_preemptions", "finish_step",
                 "first_token_step"):
         assert ours[key] == summary[key], key
+
+
+@pytest.mark.parametrize("trace", TRACES, ids=name_of)
+def test_the_writers_summary_is_the_one_made_from_the_lines(trace: Path):
+    workload = load_workload(GOLDEN / f"{name_of(trace)}.json")
+    lines, ours = run_trace(workload)
+    ref = summarize_trace(lines, workload, ours["loop_wall_s"])
+    ref["ms_per_step"] = ours["ms_per_step"]  # (from the unrounded wall time)
+    assert list(ours.items()) == list(ref.items())
+    for key in ("finish_step", "first_token_step"):  # in the same order too
+        assert list(ours[key].items()) == list(ref[key].items())
 
 
 def test_first_difference_names_the_step_and_field():

@@ -218,10 +218,31 @@ class RooflineLatency(LatencyModel):
             return step_time
         name = self.type_name
 
+        def memory_bound(x: int) -> bool:
+            """Whether the memory time exceeds the compute time at ``x`` by far more than
+            rounding could change (both are linear in ``x``: true at both ends of a range of
+            steps, it is true at every step between)."""
+            return (weights + kvb * x) / br > (f0 + apf * x) / tp / fr * (1.0 + 1e-9)
+
         def decode_ends(t: float, busy: float, kv: int, steps: int, limit: float,
                         out: list[float]) -> tuple[float, float]:
             append = out.append
-            for x in range(kv + b, kv + b * (steps + 1), b):  # x: step_time's kv + b
+            stop = kv + b * (steps + 1)
+            if not comm and memory_bound(kv + b) and memory_bound(stop - b):
+                # every step's max(compute, memory) is its memory time: the same sums as below
+                # without the compute time
+                for x in range(kv + b, stop, b):
+                    d = (weights + kvb * x) / br + fixed
+                    if not d > 0.0:
+                        raise SimulationError(f"latency model {name!r} returned a step time "
+                                              f"of {d!r} s; it must be > 0")
+                    t += d
+                    busy += d
+                    append(t)
+                    if t >= limit:
+                        break
+                return t, busy
+            for x in range(kv + b, stop, b):  # x: step_time's kv + b
                 compute = (f0 + apf * x) / tp / fr  # (apf * x: x converted as float(x))
                 memory = (weights + kvb * x) / br
                 d = (memory if memory > compute else compute) + fixed

@@ -60,6 +60,10 @@ class Recorder(RequestRows):
         self.kv: KVSeries | None = None  # KV memory use per step, when the run models memory
         self.steps: list[tuple[int, float, float, tuple[str | None, ...]]] = []
 
+    #: whether :meth:`record_step` keeps anything (a recorder that ignores steps says not, and
+    #: the engine then leaves out the call)
+    records_steps = True
+
     def record_step(
         self,
         t_start: float,

@@ -320,14 +320,17 @@ class VllmV1(VllmRuns, LazyDecode, Scheduling, Admission, Output, TokenPolicy):
                        else self._schedule())  # (what _schedule would call)
                 if self._observer is not None:
                     self._observer.scheduled(self, out)
-                queue.appendleft(out)
-                if not (len(queue) < self._queue_size
-                        and (out.num_tokens or self._has_requests())):
-                    oldest = queue.pop()
-                    if oldest is out:
-                        self._update_at_end = True  # after the step has run
-                    else:
-                        self._update(oldest)
+                if self._queue_size == 1:  # synchronous: nothing else is in flight
+                    self._update_at_end = True  # (as the queue would say)
+                else:
+                    queue.appendleft(out)
+                    if not (len(queue) < self._queue_size
+                            and (out.num_tokens or self._has_requests())):
+                        oldest = queue.pop()
+                        if oldest is out:
+                            self._update_at_end = True  # after the step has run
+                        else:
+                            self._update(oldest)
                 if out.num_tokens or self._empty_steps:
                     self._current = out
                     return self._plan(out)

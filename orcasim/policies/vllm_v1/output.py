@@ -32,7 +32,6 @@ class Output(PolicyState):
         """Apply a step's sampled tokens (``plan``: the step being completed, for its ITL count)."""
         kv, seqs, ctx = self.kv, self.seqs, self.ctx
         p = self.params
-        max_len = p.max_model_len
         block_size = p.block_size
         hashing = kv.enable_caching
         t_end, prev_end = out.t_end, out.prev_end
@@ -41,14 +40,13 @@ class Output(PolicyState):
         if out.num_group:  # the decode group's members: each emitted in the step before too
             bulk = out.num_group
             finished = self._group_output(out, t_end)
-        queued: set[int] = set()  # finished requests that were in the queue
+        queued: set[int] | None = None  # finished requests that were in the queue
         record_itl = ctx.recorder.record_itl
         if not p.async_scheduling:  # one step in flight: no placeholders, nothing stale;
             # only the entries that sample change
-            for e in out.entries:
-                if not e[4]:
+            for req, _, _, _, emits in out.entries:
+                if not emits:
                     continue
-                req = e[0]
                 seq = seqs.get(req.id)
                 if seq is None:  # cancelled
                     continue
@@ -65,9 +63,9 @@ class Output(PolicyState):
                 known = seq.num_prompt + num_out  # req.num_tokens
                 if hashing and known % block_size == 0:  # a block of known tokens just filled
                     kv.update_hashes(req)
-                if known >= max_len or num_out >= req.output_len:
+                if known >= seq.num_last:  # (its output, or a full context)
                     if seq.status != RUNNING:
-                        queued.add(req.id)
+                        queued = {req.id} if queued is None else queued | {req.id}
                     self._retire(req)
                     finished.append(req)
         else:  # async: every entry's in-flight tokens land; those that sample emit
@@ -100,9 +98,9 @@ class Output(PolicyState):
                         m = req.num_computed_tokens - seq.num_in_flight
                         if m // block_size > kv.num_cached.get(req.id, 0):  # a new full block
                             kv.cache_blocks(req, m)
-                if known >= max_len or num_out >= req.output_len:
+                if known >= seq.num_last:  # (its output, or a full context)
                     if seq.status != RUNNING:  # its last token came after it was preempted
-                        queued.add(req.id)
+                        queued = {req.id} if queued is None else queued | {req.id}
                     self._retire(req)
                     finished.append(req)
         if plan is not None:
@@ -114,11 +112,11 @@ class Output(PolicyState):
         if self._observer is not None:
             self._observer.updated(self, out, finished)
 
-    def _leave(self, finished: list[Request], queued: set[int], t_end: float) -> None:
+    def _leave(self, finished: list[Request], queued: set[int] | None, t_end: float) -> None:
         """Take finished requests out of the running list (``queued``: ids of those in the
-        queue, out of it) and record them."""
+        queue, out of it; None: none) and record them."""
         ctx = self.ctx
-        if len(queued) < len(finished):
+        if queued is None or len(queued) < len(finished):
             gone = {r.id for r in finished}
             self.running = [r for r in self.running if r.id not in gone]
         if queued:

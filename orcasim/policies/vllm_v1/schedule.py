@@ -70,7 +70,7 @@ class Scheduling(PolicyState):
         waiting, seqs = ctx.waiting, self.seqs
         if self._lagged:
             self._hold_late(waiting, seqs)
-        if not waiting or waiting[-1].id in seqs:
+        if not waiting:
             return
         priority = self.priority
         fresh = []
@@ -82,6 +82,8 @@ class Scheduling(PolicyState):
                 if req.id in seqs:
                     break
                 fresh.append(req)
+        if not fresh:
+            return
         caching = self.kv.enable_caching
         max_len, bs, usable = self._fit
         for req in reversed(fresh):
@@ -96,7 +98,7 @@ class Scheduling(PolicyState):
                     waiting.remove(req)
                 ctx.reject(req, found[0])
                 continue
-            seqs[req.id] = Seq(req)
+            seqs[req.id] = Seq(req, max_len)
             if caching:
                 self.kv.update_hashes(req)
             self._arrivals.append(req)

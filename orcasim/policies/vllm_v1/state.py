@@ -41,7 +41,9 @@ class PolicyState:
 class Seq:
     """The scheduler's counters for one request, beside :class:`Request`'s own.
 
-    ``num_placeholders``: sampled tokens still in flight (async scheduling);
+    ``num_last``: its known tokens after its last sampled token (its prompt and output,
+    at most ``max_model_len``); ``num_placeholders``: sampled tokens still in flight
+    (async scheduling);
     ``num_in_flight``: tokens scheduled in steps whose output is not processed
     (kept under async scheduling only: synchronously, a step's output is
     processed before the next schedule call, so nothing is ever in flight
@@ -49,12 +51,15 @@ class Seq:
     preemption.
     """
 
-    __slots__ = ("base", "num_in_flight", "num_placeholders", "num_prompt", "num_stale",
-                 "status")
+    __slots__ = ("base", "num_in_flight", "num_last", "num_placeholders", "num_prompt",
+                 "num_stale", "status")
 
-    def __init__(self, req: Request) -> None:
+    def __init__(self, req: Request, max_model_len: int) -> None:
         self.status = WAITING
-        self.num_prompt = req.prompt_len or 1  # max(prompt_len, 1): it is never negative
+        self.num_prompt = num_prompt = req.prompt_len or 1  # max(prompt_len, 1): never negative
+        # known tokens once it samples its last token: its output, or a full context
+        last = num_prompt + req.output_len
+        self.num_last = last if last < max_model_len else max_model_len
         self.num_placeholders = 0
         self.num_in_flight = 0
         self.num_stale = 0
