@@ -92,3 +92,46 @@ def test_replay_plots_from_a_child_equal_those_drawn_here(tmp_path, monkeypatch,
     capsys.readouterr()
     for name in ("latency_cdf.png", "running_waiting.png", "requests.csv", "comparison.csv"):
         assert (outs[True] / name).read_bytes() == (outs[False] / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("rows", ["held", "spilled", "many"])
+def test_run_plots_from_a_child_equal_those_drawn_here(tmp_path, monkeypatch, capsys, rows):
+    """``orcasim run``: the same files either way; rows spilled to this process's file, or
+    too many to pickle cheaply, are drawn here."""
+    from orcasim.metrics import row_spill
+
+    if rows == "spilled":  # in blocks of 7 rows
+        monkeypatch.setattr(row_spill, "STREAM_ABOVE", 0)
+        monkeypatch.setattr(row_spill, "SPILL_ROWS", 7)
+    if rows == "many":
+        monkeypatch.setattr(plot_process, "MAX_CHILD_ROWS", 59)
+    sent = []
+    real_send = PlotProcess.send
+
+    def send(self):
+        sent.append(self.in_child)
+        real_send(self)
+
+    monkeypatch.setattr(PlotProcess, "send", send)
+    spawned = []
+    real_spawn = PlotProcess._spawn
+
+    def spawn(modules):
+        spawned.append(modules)
+        return real_spawn(modules)
+
+    monkeypatch.setattr(PlotProcess, "_spawn", staticmethod(spawn))
+    outs = {}
+    for child in (True, False):
+        monkeypatch.setattr(plot_process, "worthwhile", lambda child=child: child)
+        outs[child] = tmp_path / f"out-{child}"
+        assert main(["run", "--set", "workload.num_requests=60", "--out",
+                     str(outs[child])]) == 0
+    capsys.readouterr()
+    assert len(spawned) == 1
+    assert (True in sent) == (rows == "held")  # sent to a child only when it holds the rows
+    names = sorted(p.name for p in outs[False].iterdir())
+    assert "latency_cdf.png" in names and "gantt.png" in names
+    assert sorted(p.name for p in outs[True].iterdir()) == names
+    for name in names:
+        assert (outs[True] / name).read_bytes() == (outs[False] / name).read_bytes(), name

@@ -16,10 +16,10 @@ for any reason (the parent then draws, and a real error such as an
 unwritable file is raised here as usual). The child ignores Ctrl-C (the
 parent handles it and ends the child) and ends when its input closes.
 
-Run as ``python -m orcasim.metrics.plot_process MODULE``: read a pickled
-list of ``(function name, args)`` jobs from stdin, call
-``MODULE.<name>(*args)`` for each, write a pickled ``True`` (all drawn) or
-the error's text to stdout.
+Run as ``python -m orcasim.metrics.plot_process MODULE [PRELOAD ...]``: import
+the modules, read a pickled list of ``(function name, args)`` jobs from
+stdin, call ``MODULE.<name>(*args)`` for each, write a pickled list of their
+return values (or the error's text) to stdout.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ import os
 import pickle
 import subprocess
 import sys
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -49,60 +51,100 @@ def worthwhile() -> bool:
     return cores > 1
 
 
+#: results of more request rows than this are drawn in the parent: pickling them for the
+#: child would raise the parent's peak memory, for a saving small beside the simulation
+MAX_CHILD_ROWS = 250_000
+
+
+def takes_results(results: Any) -> bool:
+    """Whether a child may draw :class:`~orcasim.metrics.results.Results`: at most
+    :data:`MAX_CHILD_ROWS` rows, none spilled to a file (which belongs to this process)."""
+    from orcasim.metrics.request_table import num_rows
+    from orcasim.metrics.row_spill import SpilledColumns
+
+    columns = [v.columns for v in results.values()]
+    return (not any(isinstance(c, SpilledColumns) for c in columns)
+            and sum(num_rows(c) for c in columns) <= MAX_CHILD_ROWS)
+
+
 class PlotProcess:
     """Jobs for the drawing functions of one module, run in a child process when it helps.
 
-    Use as a context manager, started before the command's work::
+    Use as a context manager, created before the command's work::
 
         with PlotProcess("orcasim.replay.plots") as plotter:
             ...                                   # simulate
             plotter.draw("latency_cdfs", path, measured, predicted, title)
-            plotter.finish()                      # returns once every file is written
+            plotter.send()                        # optional: the child starts drawing now
+            ...                                   # write the other files meanwhile
+            plotter.finish()                      # every file is written when it returns
+
+    ``preload`` names modules the child imports while it waits, besides
+    ``module`` and matplotlib: those that unpickling the jobs' arguments needs.
     """
 
-    def __init__(self, module: str, *, child: bool | None = None) -> None:
+    def __init__(self, module: str, *, preload: Sequence[str] = (),
+                 child: bool | None = None) -> None:
         self.module = module
         self._jobs: list[tuple[str, tuple[Any, ...]]] = []
+        self._sender: threading.Thread | None = None
         if child is None:
             child = ENABLED and worthwhile()
-        self._proc: subprocess.Popen[bytes] | None = self._spawn() if child else None
+        self._proc = self._spawn([module, *preload]) if child else None
 
     @property
     def in_child(self) -> bool:
         """Whether a child process draws (else :meth:`finish` draws here)."""
         return self._proc is not None
 
-    def _spawn(self) -> subprocess.Popen[bytes] | None:
+    @staticmethod
+    def _spawn(modules: list[str]) -> subprocess.Popen[bytes] | None:
         env = dict(os.environ)
         root = str(Path(orcasim.__file__).resolve().parent.parent)  # this orcasim, first
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
         try:
-            return subprocess.Popen([sys.executable, "-m", __name__, self.module],
+            return subprocess.Popen([sys.executable, "-m", __name__, *modules],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         except OSError:
             return None
 
     def draw(self, function: str, *args: Any) -> None:
         """Queue ``MODULE.<function>(*args)``; :meth:`finish` runs the queue."""
+        if self._sender is not None:
+            raise RuntimeError("draw() after send()")
         self._jobs.append((function, args))
 
-    def finish(self) -> None:
-        """Run the queued jobs (in the child, or here should it fail) and wait for them."""
-        jobs, self._jobs = self._jobs, []
-        proc, self._proc = self._proc, None
-        if proc is not None and _run_in(proc, jobs):
+    def send(self) -> None:
+        """Hand the queued jobs to the child now (from a thread: the call does not wait)."""
+        proc = self._proc
+        if proc is None or self._sender is not None:
             return
-        _run(self.module, jobs)
+        try:
+            data = pickle.dumps(self._jobs, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # not picklable: drawn here
+            self.close()
+            return
+        self._sender = threading.Thread(target=_write, args=(proc.stdin, data), daemon=True)
+        self._sender.start()
+
+    def finish(self) -> list[Any]:
+        """Run the queued jobs (in the child, or here should it fail), wait for them, and
+        return what each function returned."""
+        self.send()
+        proc, sender, self._proc, self._sender = self._proc, self._sender, None, None
+        jobs, self._jobs = self._jobs, []
+        if proc is not None and sender is not None:
+            sender.join()
+            answer = _answer(proc)
+            if isinstance(answer, list):
+                return answer
+        return _run(self.module, jobs)
 
     def close(self) -> None:
         """End the child without drawing (on an error in the command)."""
-        proc, self._proc = self._proc, None
+        proc, sender, self._proc, self._sender = self._proc, self._sender, None, None
         if proc is not None:
-            proc.kill()
-            proc.wait()
-            for f in (proc.stdin, proc.stdout):
-                if f is not None:
-                    f.close()
+            _end(proc, sender)
 
     def __enter__(self) -> PlotProcess:
         return self
@@ -112,26 +154,47 @@ class PlotProcess:
         self.close()
 
 
-def _run_in(proc: subprocess.Popen[bytes], jobs: list[tuple[str, tuple[Any, ...]]]) -> bool:
-    """Send ``jobs`` to the child and wait; whether it drew them all."""
+def _write(stdin: IO[bytes], data: bytes) -> None:
     try:
-        out, _ = proc.communicate(pickle.dumps(jobs, protocol=pickle.HIGHEST_PROTOCOL))
-        return proc.returncode == 0 and pickle.loads(out) is True
+        with stdin:
+            stdin.write(data)
+    except (OSError, ValueError):  # the child is gone: its answer says so
+        pass
+
+
+def _answer(proc: subprocess.Popen[bytes]) -> object:
+    """The child's answer (a list of return values), or None when it failed."""
+    try:
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        proc.wait()
+        return pickle.loads(out) if proc.returncode == 0 else None
     except Exception:  # anything at all: the parent draws instead
+        return None
+    finally:
+        _end(proc)
+
+
+def _end(proc: subprocess.Popen[bytes], sender: threading.Thread | None = None) -> None:
+    """Kill the child if it still runs, let the thread writing to it stop, close the pipes."""
+    if proc.returncode is None:
         proc.kill()
         proc.wait()
-        return False
+    if sender is not None:
+        sender.join()  # its write fails at once: nobody reads
+    for f in (proc.stdin, proc.stdout):
+        if f is not None and not f.closed:
+            f.close()
 
 
-def _run(module: str, jobs: list[tuple[str, tuple[Any, ...]]]) -> None:
+def _run(module: str, jobs: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
     import importlib
 
     mod = importlib.import_module(module)
-    for function, args in jobs:
-        getattr(mod, function)(*args)
+    return [getattr(mod, function)(*args) for function, args in jobs]
 
 
-def _child(module: str, stdin: IO[bytes], stdout: IO[bytes]) -> int:
+def _child(modules: list[str], stdin: IO[bytes], stdout: IO[bytes]) -> int:
     """The child's work: import, wait for the jobs, draw them, answer."""
     import importlib
     import signal
@@ -141,10 +204,10 @@ def _child(module: str, stdin: IO[bytes], stdout: IO[bytes]) -> int:
         from orcasim.metrics.plots import _pyplot
 
         _pyplot()
-        importlib.import_module(module)
+        for module in modules:
+            importlib.import_module(module)
         jobs = pickle.load(stdin)
-        _run(module, jobs)
-        answer: object = True
+        answer: object = _run(modules[0], jobs)
     except Exception as err:  # reported to the parent, which draws itself
         answer = f"{type(err).__name__}: {err}"
     try:
@@ -156,4 +219,4 @@ def _child(module: str, stdin: IO[bytes], stdout: IO[bytes]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_child(sys.argv[1], sys.stdin.buffer, sys.stdout.buffer))
+    sys.exit(_child(sys.argv[1:], sys.stdin.buffer, sys.stdout.buffer))
