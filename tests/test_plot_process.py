@@ -54,6 +54,7 @@ def test_the_child_draws_the_same_bytes_as_this_process(tmp_path, child):
         for name, args in cdf_jobs(there):
             plotter.draw(name, *args)
         plotter.finish()
+        assert plotter.drawn_in_child is child
     png = "latency_cdf.png"
     assert (there / png).read_bytes() == (here / png).read_bytes()
 
@@ -64,11 +65,13 @@ def test_a_failing_child_leaves_the_drawing_and_its_error_to_this_process(tmp_pa
             plotter.draw(name, *args)
         with pytest.raises(FileNotFoundError):
             plotter.finish()
+        assert not plotter.drawn_in_child
     with PlotProcess("orcasim.replay.plots", child=True) as plotter:  # the child dies early
         plotter._proc.kill()
         for name, args in cdf_jobs(tmp_path):
             plotter.draw(name, *args)
         plotter.finish()
+        assert not plotter.drawn_in_child
     assert (tmp_path / "latency_cdf.png").stat().st_size > 0
 
 
@@ -81,8 +84,24 @@ def test_closing_ends_the_child_without_drawing(tmp_path):
     assert proc.returncode is not None and not (tmp_path / "latency_cdf.png").exists()
 
 
+def watch_finish(monkeypatch) -> list[bool]:
+    """Whether each PlotProcess's child drew, in order."""
+    drawn = []
+    real_finish = PlotProcess.finish
+
+    def finish(self):
+        try:
+            return real_finish(self)
+        finally:
+            drawn.append(self.drawn_in_child)
+
+    monkeypatch.setattr(PlotProcess, "finish", finish)
+    return drawn
+
+
 def test_replay_plots_from_a_child_equal_those_drawn_here(tmp_path, monkeypatch, capsys):
     run, workload, profile = make_run(tmp_path)
+    drawn = watch_finish(monkeypatch)
     outs = {}
     for child in (True, False):
         monkeypatch.setattr(plot_process, "worthwhile", lambda child=child: child)
@@ -90,6 +109,7 @@ def test_replay_plots_from_a_child_equal_those_drawn_here(tmp_path, monkeypatch,
         assert main(["replay-vllm", str(run), "--workload", str(workload), "--profiles",
                      str(profile), "--out", str(outs[child])]) == 0
     capsys.readouterr()
+    assert drawn == [True, False]
     for name in ("latency_cdf.png", "running_waiting.png", "requests.csv", "comparison.csv"):
         assert (outs[True] / name).read_bytes() == (outs[False] / name).read_bytes(), name
 
@@ -113,6 +133,7 @@ def test_run_plots_from_a_child_equal_those_drawn_here(tmp_path, monkeypatch, ca
         real_send(self)
 
     monkeypatch.setattr(PlotProcess, "send", send)
+    drawn = watch_finish(monkeypatch)
     spawned = []
     real_spawn = PlotProcess._spawn
 
@@ -130,6 +151,7 @@ def test_run_plots_from_a_child_equal_those_drawn_here(tmp_path, monkeypatch, ca
     capsys.readouterr()
     assert len(spawned) == 1
     assert (True in sent) == (rows == "held")  # sent to a child only when it holds the rows
+    assert drawn == ([True, False] if rows == "held" else [])
     names = sorted(p.name for p in outs[False].iterdir())
     assert "latency_cdf.png" in names and "gantt.png" in names
     assert sorted(p.name for p in outs[True].iterdir()) == names

@@ -13,13 +13,15 @@ Whenever the child cannot help, the parent draws itself: when this process
 has imported matplotlib already (drawing here then costs no import, and
 keeps any settings made to it), on a single core, or when the child fails
 for any reason (the parent then draws, and a real error such as an
-unwritable file is raised here as usual). The child ignores Ctrl-C (the
-parent handles it and ends the child) and ends when its input closes.
+unwritable file is raised here as usual). The child runs in a session of
+its own, so that Ctrl-C reaches the parent only (which ends the child), and
+ends when its input closes.
 
-Run as ``python -m orcasim.metrics.plot_process MODULE [PRELOAD ...]``: import
-the modules, read a pickled list of ``(function name, args)`` jobs from
-stdin, call ``MODULE.<name>(*args)`` for each, write a pickled list of their
-return values (or the error's text) to stdout.
+The child (:data:`CHILD`, run with ``python -c``) imports the modules, reads
+a pickled list of ``(function name, args)`` jobs from stdin, calls
+``MODULE.<name>(*args)`` for each and writes a pickled list of their return
+values (or the error's text) to stdout. It imports the parent's orcasim (from
+the same directory) or gives up.
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ class PlotProcess:
         self.module = module
         self._jobs: list[tuple[str, tuple[Any, ...]]] = []
         self._sender: threading.Thread | None = None
+        #: set by :meth:`finish`: whether the child drew the jobs (False: drawn here)
+        self.drawn_in_child = False
         if child is None:
             child = ENABLED and worthwhile()
         self._proc = self._spawn([module, *preload]) if child else None
@@ -98,13 +102,13 @@ class PlotProcess:
         return self._proc is not None
 
     @staticmethod
+    @staticmethod
     def _spawn(modules: list[str]) -> subprocess.Popen[bytes] | None:
-        env = dict(os.environ)
-        root = str(Path(orcasim.__file__).resolve().parent.parent)  # this orcasim, first
-        env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+        # in its own session: Ctrl-C at the terminal reaches the parent only, which ends it
         try:
-            return subprocess.Popen([sys.executable, "-m", __name__, *modules],
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+            return subprocess.Popen([sys.executable, "-c", CHILD, _root(), *modules],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    start_new_session=True)
         except OSError:
             return None
 
@@ -137,6 +141,7 @@ class PlotProcess:
             sender.join()
             answer = _answer(proc)
             if isinstance(answer, list):
+                self.drawn_in_child = True
                 return answer
         return _run(self.module, jobs)
 
@@ -194,13 +199,24 @@ def _run(module: str, jobs: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
     return [getattr(mod, function)(*args) for function, args in jobs]
 
 
-def _child(modules: list[str], stdin: IO[bytes], stdout: IO[bytes]) -> int:
+def _root() -> str:
+    """The directory holding this ``orcasim`` package."""
+    return str(Path(orcasim.__file__).resolve().parent.parent)
+
+
+#: the child's program: this orcasim first on its path (unless there already), then _child
+CHILD = ("import sys; root = sys.argv[1]; root in sys.path or sys.path.insert(0, root); "
+         "from orcasim.metrics.plot_process import _child; "
+         "sys.exit(_child(root, sys.argv[2:], sys.stdin.buffer, sys.stdout.buffer))")
+
+
+def _child(root: str, modules: list[str], stdin: IO[bytes], stdout: IO[bytes]) -> int:
     """The child's work: import, wait for the jobs, draw them, answer."""
     import importlib
-    import signal
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
+        if _root() != root:
+            raise ImportError(f"found orcasim in {_root()}, not in {root}")
         from orcasim.metrics.plots import _pyplot
 
         _pyplot()
@@ -216,7 +232,3 @@ def _child(modules: list[str], stdin: IO[bytes], stdout: IO[bytes]) -> int:
     except OSError:  # the parent is gone
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_child(sys.argv[1:], sys.stdin.buffer, sys.stdout.buffer))
