@@ -122,17 +122,19 @@ def _replay(args: argparse.Namespace, plotter: PlotProcess | None) -> int:
     variant = next(iter(res.variants.values()))
     predicted = _predicted_ms(variant.columns)
     measured = run.latencies_ms()
-    rows = compare.comparison_rows(measured, predicted)
-    compare.write_comparison(out / "comparison.csv", rows)
-    compare.write_requests(out / "requests.csv", run.request_ids, measured, predicted)
-    written = ["scenario.yaml", "comparison.csv", "requests.csv"]
-    if plotter is not None:
+    if plotter is not None:  # the child draws while this process writes the tables
         lat = scenario["engine"]["latency"]["type"]
         title = (f"{run.meta.get('model', 'model')}: {len(run.request_ids)} requests, "
                  f"measured vs predicted ({lat} latency model)")
         plotter.draw("latency_cdfs", out / "latency_cdf.png", measured, predicted, title)
         plotter.draw("running_waiting", out / "running_waiting.png", run.timeseries,
                      variant.series, title)
+        plotter.send()
+    rows = compare.comparison_rows(measured, predicted)
+    compare.write_comparison(out / "comparison.csv", rows)
+    compare.write_requests(out / "requests.csv", run.request_ids, measured, predicted)
+    written = ["scenario.yaml", "comparison.csv", "requests.csv"]
+    if plotter is not None:
         plotter.finish()
         written += ["latency_cdf.png", "running_waiting.png"]
     lat = scenario["engine"]["latency"]["type"]
