@@ -102,7 +102,6 @@ class PlotProcess:
         return self._proc is not None
 
     @staticmethod
-    @staticmethod
     def _spawn(modules: list[str]) -> subprocess.Popen[bytes] | None:
         # in its own session: Ctrl-C at the terminal reaches the parent only, which ends it
         try:
@@ -138,8 +137,12 @@ class PlotProcess:
         proc, sender, self._proc, self._sender = self._proc, self._sender, None, None
         jobs, self._jobs = self._jobs, []
         if proc is not None and sender is not None:
-            sender.join()
-            answer = _answer(proc)
+            try:
+                sender.join()
+            except BaseException:  # Ctrl-C while waiting: end the child too
+                _end(proc, sender)
+                raise
+            answer = _answer(proc)  # which ends the child in any case
             if isinstance(answer, list):
                 self.drawn_in_child = True
                 return answer
