@@ -74,8 +74,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``orcasim`` command; returns the exit status."""
     try:
         args = _parser().parse_args(argv)
-        import orcasim  # noqa: F401  (registers the built-in components)
-
         load_plugins([*args.global_imports, *args.imports])
         return int(args.handler(args))
     except OrcasimError as err:

@@ -15,11 +15,15 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from orcasim.commands.common import check_output_dir
 from orcasim.errors import UsageError
+
+if TYPE_CHECKING:
+    from orcasim.metrics.plot_process import PlotProcess
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -58,7 +62,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def replay_cmd(args: argparse.Namespace) -> int:
-    """Read, check, simulate, compare, write; print the table."""
+    """Read, check, simulate, compare, write; print the table.
+
+    The plots are drawn by a child process started first, which imports
+    matplotlib while this one simulates (:mod:`orcasim.metrics.plot_process`).
+    """
+    from orcasim.metrics.plot_process import PlotProcess
+
+    if args.no_plots:
+        return _replay(args, None)
+    with PlotProcess("orcasim.replay.plots") as plotter:
+        return _replay(args, plotter)
+
+
+def _replay(args: argparse.Namespace, plotter: PlotProcess | None) -> int:
     import yaml
 
     from orcasim.replay import compare
@@ -105,18 +122,20 @@ def replay_cmd(args: argparse.Namespace) -> int:
     variant = next(iter(res.variants.values()))
     predicted = _predicted_ms(variant.columns)
     measured = run.latencies_ms()
+    if plotter is not None:  # the child draws while this process writes the tables
+        lat = scenario["engine"]["latency"]["type"]
+        title = (f"{run.meta.get('model', 'model')}: {len(run.request_ids)} requests, "
+                 f"measured vs predicted ({lat} latency model)")
+        plotter.draw("latency_cdfs", out / "latency_cdf.png", measured, predicted, title)
+        plotter.draw("running_waiting", out / "running_waiting.png", run.timeseries,
+                     variant.series, title)
+        plotter.send()
     rows = compare.comparison_rows(measured, predicted)
     compare.write_comparison(out / "comparison.csv", rows)
     compare.write_requests(out / "requests.csv", run.request_ids, measured, predicted)
     written = ["scenario.yaml", "comparison.csv", "requests.csv"]
-    if not args.no_plots:
-        from orcasim.replay import plots
-
-        lat = scenario["engine"]["latency"]["type"]
-        title = (f"{run.meta.get('model', 'model')}: {len(run.request_ids)} requests, "
-                 f"measured vs predicted ({lat} latency model)")
-        plots.latency_cdfs(out / "latency_cdf.png", measured, predicted, title)
-        plots.running_waiting(out / "running_waiting.png", run.timeseries, variant.series, title)
+    if plotter is not None:
+        plotter.finish()
         written += ["latency_cdf.png", "running_waiting.png"]
     lat = scenario["engine"]["latency"]["type"]
     print(compare.format_table(rows, f"{args.run_dir}: measured vs predicted ({lat} model), "

@@ -14,6 +14,7 @@ from orcasim.errors import UsageError
 from orcasim.progress import Progress
 
 if TYPE_CHECKING:
+    from orcasim.metrics.plot_process import PlotProcess
     from orcasim.metrics.results import Results
 
 TABLE_METRICS = [
@@ -110,6 +111,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Check everything, simulate the chosen variants, print the tables and write the files."""
+    from orcasim.metrics.plot_process import PlotProcess
+
+    # the plots' child process imports matplotlib while this one simulates
+    with PlotProcess("orcasim.metrics.plots", preload=PRELOAD,
+                     child=False if args.no_plots else None) as plotter:
+        return _run(args, plotter)
+
+
+#: what the plots' child imports besides matplotlib: what unpickling the results and drawing
+#: the Gantt chart (a DataFrame) need
+PRELOAD = ("orcasim.metrics.results", "orcasim.simulation", "pandas")
+
+
+def _run(args: argparse.Namespace, plotter: PlotProcess) -> int:
+    """:func:`run`, with the process that draws the plots."""
     from orcasim.commands.preflight import check_scenario
     from orcasim.metrics.lifecycle import write_workload_reports
     from orcasim.scenario import load_scenario
@@ -130,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
                        on_model=progress.watch)
     apply_percentiles(res, args)
     _print_results(res, args.steps)
-    written = res.write(out, plots=not args.no_plots, requests_csv=args.csv)
+    written = res.write(out, plots=not args.no_plots, requests_csv=args.csv, plotter=plotter)
     written += write_metric_vocabularies(res, args, out)
     written += write_workload_reports(res, out)
     print(f"\nwrote {len(written)} files to {out}/: {', '.join(p.name for p in written)}")

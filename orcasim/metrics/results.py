@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from orcasim.metrics.plot_process import takes_results
 from orcasim.metrics.request_table import (
     head,
     request_table,
@@ -39,6 +40,7 @@ from orcasim.metrics.summary import extra_percentiles, merge_percentiles
 if TYPE_CHECKING:
     import pandas as pd
 
+    from orcasim.metrics.plot_process import PlotProcess
     from orcasim.scenario import Scenario, VariantConfig
 
 
@@ -296,20 +298,30 @@ class Results(Mapping[str, VariantResult]):
             lines.append(f"{k:<{width}}  " + "  ".join(f"{c:>{colw}}" for c in cells))
         return "\n".join(lines)
 
-    def write(self, out_dir: str | Path, *, plots: bool = True,
-              requests_csv: bool = False) -> list[Path]:
+    def write(self, out_dir: str | Path, *, plots: bool = True, requests_csv: bool = False,
+              plotter: PlotProcess | None = None) -> list[Path]:
         """Write summary.json, summary_long.csv (and .parquet), requests.parquet, series.csv
         (and kv.csv, steps.csv, plots; requests.csv with ``requests_csv``); return the paths.
+
+        A ``plotter`` for ``orcasim.metrics.plots`` draws the plots (in its
+        child process, while this one writes the other files).
         """
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         before = existing_files(out)
-        written = self._write_files(out, plots, requests_csv)
+        written = self._write_files(out, plots, requests_csv, plotter)
         note_overwritten(out, before, written)
         return written
 
-    def _write_files(self, out: Path, plots: bool, requests_csv: bool = False) -> list[Path]:
+    def _write_files(self, out: Path, plots: bool, requests_csv: bool = False,
+                     plotter: PlotProcess | None = None) -> list[Path]:
         """Write every output file into ``out`` (which exists); return the paths."""
+        if plotter is not None and not (plots and takes_results(self)):
+            plotter.close()
+            plotter = None
+        if plots and plotter is not None:
+            plotter.draw("write_all", self, out)
+            plotter.send()
         written = []
         summary = {
             "scenario": self.scenario.name,
@@ -358,7 +370,9 @@ class Results(Mapping[str, VariantResult]):
             p = out / "steps.csv"
             steps.to_csv(p, index=False)
             written.append(p)
-        if plots:
+        if plots and plotter is not None:
+            written += plotter.finish()[0]
+        elif plots:
             from orcasim.metrics import plots as plotting
 
             written += plotting.write_all(self, out)

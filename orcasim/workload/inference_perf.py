@@ -58,7 +58,6 @@ from pydantic import Field, ValidationError, model_validator
 from orcasim.errors import ScenarioError
 from orcasim.params import ComponentParams
 from orcasim.registry import workloads
-from orcasim.staged_source import StagedRelease
 from orcasim.workload.base import MAX_REQUESTS_PER_RUN, TokenCount, Workload, WorkloadArrays
 from orcasim.workload.ip_config import IPConfig
 
@@ -208,6 +207,8 @@ class InferencePerf(Workload):
         cap = p.max_concurrency
         if cap is None:
             cap = (cfg.load.num_workers or 0) * cfg.load.worker_max_concurrency
+        from orcasim.staged_source import StagedRelease  # it imports the source: not at load
+
         release = StagedRelease(stage=stage, offset=np.concatenate(offsets),
                                 prev=np.asarray(prev, dtype=np.int64), counts=tuple(counts),
                                 interval=cfg.load.interval, lead=LEAD_S, poll=POLL_S,
