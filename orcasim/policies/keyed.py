@@ -39,6 +39,10 @@ class KeyedPolicy(BatchPolicy):
     key_width: ClassVar[int] = 0
     #: off: :meth:`admit_waiting` takes the general steps of :class:`BatchPolicy`
     lean_admission: ClassVar[bool] = True
+    #: what :meth:`admit_waiting` may do inline (see :meth:`_lean_flags`; found at its first call)
+    _lean: tuple[bool, bool, bool, bool, bool] | None = None
+    #: when the kept running order was last sorted (keys that change: see ``victim_rule``)
+    _sorted_at: float = -1.0
 
     def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
@@ -61,6 +65,9 @@ class KeyedPolicy(BatchPolicy):
                                 is BatchPolicy.admitted)
         #: what else :meth:`release` does with a request that leaves (a subclass's caches)
         self._forget: Callable[[Request], None] | None = None
+        #: whether a request's rank as it is admitted is its key as it was queued (static
+        #: keys; a policy whose keys change says so where they do not yet differ)
+        self._rank_is_key = self.static_keys
         #: whether the release below :meth:`release` is the plain one (memory, if limited)
         self._plain_release = (getattr(super().release, "__func__", None)
                                is TokenPolicy.release)
@@ -103,6 +110,8 @@ class KeyedPolicy(BatchPolicy):
         else:
             key = self.key(head)
         return worst if key < self.rank(worst) else None
+
+    victim_rule: ClassVar[str] = "kept"  # (memory_victim: the kept order's last; see _lean_flags)
 
     def memory_victim(self) -> Request:
         """The running request with the largest key (the latest admitted among ties)."""
@@ -147,48 +156,51 @@ class KeyedPolicy(BatchPolicy):
         victim and the running order) is its entry's."""
         ctx = self.ctx
         waiting = ctx.waiting
-        slots = ctx.slots
-        preemptive = self.preemptive
         if self.mem is not None or type(waiting) is not KeyedQueue or not self.lean_admission:
             return super().admit_waiting(scheduled, budget)
+        slots = ctx.slots
+        preemptive = self.preemptive
         if budget <= 0 or (slots.count >= slots.capacity and not preemptive):
             return budget  # (as an empty queue: the loop below admits nothing)
-        kind = type(self)
-        own_victim = kind.victim is KeyedPolicy.victim
-        own_admitted = kind.admitted is KeyedPolicy.admitted and self._plain_admitted
+        live = waiting._live
+        if not live and not waiting._lazy:
+            return budget
+        own_victim, kept, by_sort, own_admitted, key_rank = self._lean or self._lean_flags()
         static = self.static_keys
-        keys = self._keys
         rank = self.rank
         running = self.running
         ordered = self._ordered
         w = waiting._width
-        # (the queue's top and popleft, inline: its heap, live entries and cached top)
-        top, heap, live, admit = waiting.top, waiting._heap, waiting._live, ctx.admit
+        heap = waiting._heap
         #: the request last in the kept order and its rank, as this boundary found them
         last: tuple[Request, Any] | None = None
-        make, arrival = waiting._make, waiting._arrival
         while budget > 0 and (live or waiting._lazy):
             full = slots.count >= slots.capacity
             if full and not preemptive:
                 break
+            # (the queue's top and popleft, inline: its heap, live entries and cached top)
             entry = waiting._top
             if entry is None:  # (waiting.top(), when the heap's first is live)
                 entry = heap[0]
                 x = entry[-1]
                 if type(x) is int:  # a workload index: its request now
-                    req = make(x, arrival[x])
+                    req = waiting._make(x, waiting._arrival[x])
                     live[id(req)] = entry[-2]
                     waiting._lazy -= 1
                     entry = heap[0] = waiting._top = (*entry[:-1], req)
                 elif live.get(id(x)) == entry[-2]:
                     waiting._top = entry
                 else:
-                    entry = top()
+                    entry = waiting.top()
             if full:
                 if own_victim:  # (KeyedPolicy.victim, with the head's key from its entry)
                     if not running:
                         break
-                    victim = self.memory_victim()
+                    if (kept and ordered is not None and len(ordered) == len(running)
+                            and (not by_sort or self._sorted_at == ctx.env._now)):
+                        victim = ordered[-1]  # (memory_victim: the kept order's last)
+                    else:
+                        victim = self.memory_victim()
                     worst = last[1] if last is not None and last[0] is victim else rank(victim)
                     if not (entry[:w] if w else entry[0]) < worst:
                         break
@@ -216,17 +228,17 @@ class KeyedPolicy(BatchPolicy):
             heappop(heap)
             del live[id(head)]
             waiting._top = None
-            admit(head)
+            ctx.admit(head)
             running.append(head)
             self.decoding = None  # the batch changed
             scheduled.append((head, need))
             budget -= need
             if own_admitted:  # (admitted: the key as it was queued)
                 if static:
-                    x = keys[head] = entry[:w] if w else entry[0]
+                    x = self._keys[head] = entry[:w] if w else entry[0]
+                elif ordered is not None:  # (its rank now: its key, or asked for)
+                    x = (entry[:w] if w else entry[0]) if key_rank else rank(head)
                 if ordered is not None:  # (_place, in one look when it goes last)
-                    if not static:
-                        x = rank(head)
                     if ordered and x < (lx := rank(ordered[-1])):
                         last = (ordered[-1], lx)
                         self._place(head, x)
@@ -245,11 +257,27 @@ class KeyedPolicy(BatchPolicy):
                 last = None
         return budget
 
+    def _lean_flags(self) -> tuple[bool, bool, bool, bool, bool]:
+        """What :meth:`admit_waiting` may do inline for this policy's class, found at its
+        first call: the victim (:meth:`victim` as defined), the kept order's last as the
+        memory victim (``victim_rule`` of the class that defines :meth:`memory_victim`:
+        ``"kept"``, or ``"sorted"``: at the boundary where the order was last sorted), the
+        admission hook (:meth:`admitted` as defined), and whether an admitted request's rank
+        is its key as it was queued (:attr:`_rank_is_key`)."""
+        kind = type(self)
+        rule = next(c.__dict__.get("victim_rule") for c in kind.__mro__
+                    if "memory_victim" in c.__dict__)
+        self._lean = (kind.victim is KeyedPolicy.victim, rule is not None, rule == "sorted",
+                      kind.admitted is KeyedPolicy.admitted and self._plain_admitted,
+                      self.static_keys or self._rank_is_key)
+        return self._lean
+
     def release(self, req: Request) -> None:
         if self._plain_release:  # (TokenPolicy.release: memory, if limited)
-            kv = self.ctx.kv
-            if kv.limited and kv.holds(req):
-                kv.release(req)
+            if self.mem is not None:  # (no memory limit without it)
+                kv = self.ctx.kv
+                if kv.limited and kv.holds(req):
+                    kv.release(req)
         else:
             super().release(req)
         ordered = self._ordered

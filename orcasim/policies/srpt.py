@@ -43,6 +43,12 @@ class SRPT(SJF):
         self._sorted_at = -1.0  # the time self._ordered was last put in order
         #: whether remaining lengths are whole numbers that stay above 0 while running
         self._exact = self.predict.sigma == 0.0
+        #: a waiting request's key is its rank as it is admitted (as floats: the same order)
+        #: with the true lengths, for this class's key and ranks
+        self._rank_is_key = self._exact and type(self).key is SRPT.key
+        #: whether decode_entries may hand the kept entries over after a run (found at its
+        #: first call)
+        self._kept_entries: bool | None = None
         pool = self.pool
         if pool is None:
             def rank(req: Request) -> Any:  # key(), with the prediction looked up
@@ -106,17 +112,22 @@ class SRPT(SJF):
     def decode_entries(self) -> list[tuple[Request, int]]:
         """:meth:`KeyedPolicy.decode_entries`, at once right after a run with the true
         lengths (then :meth:`order` keeps its order, and the entries kept with it hold)."""
+        kept = self._kept_entries
+        if kept is None:  # (this class's order and entries, as defined, without memory)
+            kept = self._kept_entries = (
+                self._exact and self.mem is None and type(self).order is PLAIN[0]
+                and KeyedPolicy.decode_entries is PLAIN[1]
+                and type(self).order_running is BatchPolicy.order_running)
         ordered, entries, running = self._ordered, self._entries, self.running
         decoding = self.decoding
-        if (self._exact and decoding is not None and decoding[0] is running
-                and ordered is not None and len(ordered) == len(running)
-                and entries is not None and self._entries_of is ordered
-                and len(entries) == len(ordered) and self.mem is None
-                and type(self).order is PLAIN[0] and KeyedPolicy.decode_entries is PLAIN[1]
-                and type(self).order_running is BatchPolicy.order_running):
+        if (kept and decoding is not None and decoding[0] is running
+                and ordered is not None and entries is not None and self._entries_of is ordered
+                and len(entries) == len(ordered) == len(running)):
             self._sorted_at = self.ctx.env._now  # (order)
             return entries.copy()
         return super().decode_entries()
+
+    victim_rule = "sorted"  # (memory_victim: the kept order's last, if sorted at this boundary)
 
     def memory_victim(self) -> Request:
         ordered = self._ordered

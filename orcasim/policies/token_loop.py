@@ -17,7 +17,9 @@ own path, bit for bit.
 
 from __future__ import annotations
 
-from functools import partial
+from functools import partial, reduce
+from itertools import accumulate
+from operator import add
 from typing import TYPE_CHECKING, Any
 
 import simpy
@@ -259,14 +261,17 @@ class TokenRunLoop:
                             coef = linear[size] = c if c is not None and c[0] > 0.0 else ()
                         if coef:
                             a, c = coef
-                            append = ends.append
-                            if limit == inf:  # every step up to the first finish
-                                for x in range(kv, kv + size * (max_steps - 1), size):
-                                    d = a + c * x
-                                    t1 += d
-                                    run_busy += d
-                                    append(t1)
+                            if limit == inf and type(a) is float and type(c) is float:
+                                # every step up to the first finish: the same sums in C (a +
+                                # c * x for each step's KV tokens x, added one at a time to the
+                                # end and to the busy time)
+                                ds = list(map(a.__add__, map(c.__mul__, range(
+                                    kv, kv + size * (max_steps - 1), size))))
+                                ends = list(accumulate(ds, initial=t1))
+                                t1 = ends[-1]
+                                run_busy = reduce(add, ds, run_busy)
                             else:
+                                append = ends.append
                                 for x in range(kv, kv + size * (max_steps - 1), size):
                                     d = a + c * x
                                     t1 += d
