@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 from array import array
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -229,17 +230,12 @@ class RequestRows:
     def _write_requests(self, chunk: list[Request], row: int) -> None:
         """Finished requests' rows, from ``row`` on."""
         f, i = self._f, self._i
-        f["arrival"].fromlist([r.arrival for r in chunk])
-        f["first_scheduled"].fromlist([r.first_scheduled for r in chunk])
-        f["first_token"].fromlist([r.first_token for r in chunk])
-        f["finish"].fromlist([r.finish for r in chunk])
-        i["id"].fromlist([r.id for r in chunk])
-        i["prompt_len"].fromlist([r.prompt_len for r in chunk])
-        i["output_len"].fromlist([r.output_len for r in chunk])
-        i["num_output_tokens"].fromlist([r.num_output_tokens for r in chunk])
-        i["num_preemptions"].fromlist([r.num_preemptions for r in chunk])
-        i["priority"].fromlist([r.priority for r in chunk])
-        i["state"].fromlist([r.state for r in chunk])
+        # (each column read in one pass in C: the same values as a list made into the array)
+        n = len(chunk)
+        for name in REQUEST_FLOAT_COLUMNS:
+            f[name].frombytes(np.fromiter(map(attrgetter(name), chunk), np.float64, n).tobytes())
+        for name in REQUEST_INT_COLUMNS:
+            i[name].frombytes(np.fromiter(map(attrgetter(name), chunk), np.int64, n).tobytes())
         for sparse, values in ((self._name, [r.name for r in chunk]),
                                (self._tenant, [r.tenant for r in chunk]),
                                (self._cls, [r.cls for r in chunk]),

@@ -41,6 +41,9 @@ class KeyedPolicy(BatchPolicy):
     lean_admission: ClassVar[bool] = True
     #: what :meth:`admit_waiting` may do inline (see :meth:`_lean_flags`; found at its first call)
     _lean: tuple[bool, bool, bool, bool, bool] | None = None
+    #: whether :meth:`order` and ``order_running`` are as defined here (found at the first
+    #: :meth:`decode_entries`)
+    _plain_order: bool | None = None
     #: when the kept running order was last sorted (keys that change: see ``victim_rule``)
     _sorted_at: float = -1.0
 
@@ -303,6 +306,15 @@ class KeyedPolicy(BatchPolicy):
     def decode_entries(self) -> list[tuple[Request, int]]:
         """:meth:`BatchPolicy.decode_entries`, from a copy of ``(request, 1)`` pairs kept in
         the order of the running requests as they are admitted and leave."""
+        plain = self._plain_order
+        if plain is None:  # (this class's order, as defined: found at the first call)
+            kind = type(self)
+            plain = self._plain_order = (kind.order is KeyedPolicy.order
+                                         and kind.order_running is BatchPolicy.order_running)
+        ordered, entries = self._ordered, self._entries
+        if (plain and ordered is not None and entries is not None and self._entries_of is ordered
+                and len(entries) == len(ordered) == len(self.running)):
+            return entries.copy()  # (order: the kept order, whose entries are kept)
         ordered = (self.order(self.running) if type(self).order_running
                    is BatchPolicy.order_running else self.order_running())
         entries = self._entries

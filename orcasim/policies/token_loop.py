@@ -24,10 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
+from orcasim.backlog import Backlog
 from orcasim.metrics.recorder import Recorder
 from orcasim.plan import StepPlan
 from orcasim.policies.common import BatchPolicy
 from orcasim.policies.pooled import PooledPlans, pool_contexts, tally
+from orcasim.policies.queues import KeyedQueue
 from orcasim.policies.runs import TokenRuns
 from orcasim.source import OpenLoopSource
 
@@ -71,6 +73,9 @@ class TokenRunLoop:
         self.policy.ready_plan = self.ready_plan
         #: the policy's plan right after a run, made here (see _after_run), or None
         self._fused = self._after_run if self._plain_rule(self.policy) else None
+        #: whether the policy's ``planned`` hook does something (else _after_run skips it)
+        self._hook = ("planned" in vars(self.policy)
+                      or type(self.policy).planned is not BatchPolicy.planned)
         #: by batch size: whether a run's plan may be charged by its aggregates (see advance)
         self._by_size: dict[int, bool] = {}
         #: by batch size: a decode step's ``(a, c)`` (``a + c * kv``, ``a > 0``), or ``()``
@@ -140,7 +145,7 @@ class TokenRunLoop:
                         partial(pool_contexts, pool, scheduled))
         policy._left = (plan, left)
         policy._pooled = (plan, p, rest)
-        return policy.planned(plan)  # type: ignore[no-any-return]
+        return policy.planned(plan) if self._hook else plan  # type: ignore[no-any-return]
 
     def ready_plan(self) -> StepPlan | None:
         """The plan handed back by :meth:`advance`, else the policy's own ``ready_plan``."""
@@ -190,6 +195,9 @@ class TokenRunLoop:
         src: Any = ctx.source
         arrival, n, queued_by = src._arrival, src._n, src.queued_by
         waiting = ctx.waiting
+        #: how the queue's length is read: 1 a keyed queue's, 2 a backlog's (their __len__,
+        #: inline), 0 by len()
+        count = 1 if type(waiting) is KeyedQueue else 2 if type(waiting) is Backlog else 0
         rec = ctx.recorder
         plain = "record_run" not in rec.__dict__ and type(rec).record_run is Recorder.record_run
         record_run = rec.record_run
@@ -217,7 +225,12 @@ class TokenRunLoop:
                 break
             dt += plan.swap_time
             now = env._now
-            num_waiting = len(waiting)
+            if count == 1:  # (KeyedQueue.__len__)
+                num_waiting = len(waiting._live) + waiting._lazy
+            elif count:  # (Backlog.__len__)
+                num_waiting = len(waiting._head) + waiting._hi - waiting._lo
+            else:
+                num_waiting = len(waiting)
             if plain_run and policy._left[0] is plan and policy._run_offer:
                 # (TokenRuns.decode_run, with has_room and the steps left make_plan noted)
                 run = None
