@@ -59,3 +59,33 @@ def test_a_run_without_steps_hands_over_no_gaps():
 
     gaps, counts = Recorder().itl_samples(take=True)
     assert gaps.size == 0 and counts.size == 0
+
+
+def test_finished_rows_held_as_a_block_equal_rows_recorded_one_by_one():
+    """``record_finished`` writes its block column by column through numpy; the values are
+    those ``record_request`` writes for each request (floats, whole numbers, the state)."""
+    from orcasim.metrics.recorder import Recorder
+    from orcasim.request import Request, RequestState
+
+    def finished() -> list[Request]:
+        reqs = []
+        for i in range(9):
+            r = Request(i, 0.1 * i + 1e-9, 7 + i, 3 * i + 1, priority=i % 3 - 1)
+            r.first_scheduled, r.first_token, r.finish = 0.3 * i, 0.5 * i + 1, 2.0 ** -i + i
+            r.num_output_tokens, r.num_preemptions = r.output_len, i % 2
+            r.state = RequestState.FINISHED
+            reqs.append(r)
+        return reqs
+
+    block, single = Recorder(), Recorder()
+    block.record_finished(finished())
+    for r in finished():
+        single.record_request(r)
+    a, b = block.request_columns(), single.request_columns()
+    assert a.keys() == b.keys()
+    for name, col in a.items():
+        if isinstance(col, np.ndarray):
+            assert col.dtype == b[name].dtype, name
+            np.testing.assert_array_equal(col, b[name], err_msg=name)
+        else:
+            assert col == b[name], name

@@ -40,7 +40,7 @@ class KeyedPolicy(BatchPolicy):
     #: off: :meth:`admit_waiting` takes the general steps of :class:`BatchPolicy`
     lean_admission: ClassVar[bool] = True
     #: what :meth:`admit_waiting` may do inline (see :meth:`_lean_flags`; found at its first call)
-    _lean: tuple[bool, bool, bool, bool, bool] | None = None
+    _lean: tuple[bool, ...] | None = None
     #: whether :meth:`order` and ``order_running`` are as defined here (found at the first
     #: :meth:`decode_entries`)
     _plain_order: bool | None = None
@@ -159,7 +159,10 @@ class KeyedPolicy(BatchPolicy):
         victim and the running order) is its entry's."""
         ctx = self.ctx
         waiting = ctx.waiting
-        if self.mem is not None or type(waiting) is not KeyedQueue or not self.lean_admission:
+        lean = self._lean
+        if lean is None:
+            lean = self._lean_flags()
+        if not lean or type(waiting) is not KeyedQueue:  # (a memory limit, or switched off)
             return super().admit_waiting(scheduled, budget)
         slots = ctx.slots
         preemptive = self.preemptive
@@ -168,8 +171,7 @@ class KeyedPolicy(BatchPolicy):
         live = waiting._live
         if not live and not waiting._lazy:
             return budget
-        own_victim, kept, by_sort, own_admitted, key_rank = self._lean or self._lean_flags()
-        static = self.static_keys
+        own_victim, kept, by_sort, own_admitted, key_rank, static = lean
         rank = self.rank
         running = self.running
         ordered = self._ordered
@@ -260,19 +262,23 @@ class KeyedPolicy(BatchPolicy):
                 last = None
         return budget
 
-    def _lean_flags(self) -> tuple[bool, bool, bool, bool, bool]:
-        """What :meth:`admit_waiting` may do inline for this policy's class, found at its
-        first call: the victim (:meth:`victim` as defined), the kept order's last as the
-        memory victim (``victim_rule`` of the class that defines :meth:`memory_victim`:
-        ``"kept"``, or ``"sorted"``: at the boundary where the order was last sorted), the
-        admission hook (:meth:`admitted` as defined), and whether an admitted request's rank
-        is its key as it was queued (:attr:`_rank_is_key`)."""
+    def _lean_flags(self) -> tuple[bool, ...]:
+        """What :meth:`admit_waiting` may do inline for this policy, found at its first call:
+        ``()`` for nothing (a memory limit, or :attr:`lean_admission` off), else the victim
+        (:meth:`victim` as defined), the kept order's last as the memory victim
+        (``victim_rule`` of the class that defines :meth:`memory_victim`: ``"kept"``, or
+        ``"sorted"``: at the boundary where the order was last sorted), the admission hook
+        (:meth:`admitted` as defined), whether an admitted request's rank is its key as it
+        was queued (:attr:`_rank_is_key`), and :attr:`static_keys`."""
+        if self.mem is not None or not self.lean_admission:
+            self._lean = ()
+            return ()
         kind = type(self)
         rule = next(c.__dict__.get("victim_rule") for c in kind.__mro__
                     if "memory_victim" in c.__dict__)
         self._lean = (kind.victim is KeyedPolicy.victim, rule is not None, rule == "sorted",
                       kind.admitted is KeyedPolicy.admitted and self._plain_admitted,
-                      self.static_keys or self._rank_is_key)
+                      self.static_keys or self._rank_is_key, self.static_keys)
         return self._lean
 
     def release(self, req: Request) -> None:

@@ -17,9 +17,7 @@ own path, bit for bit.
 
 from __future__ import annotations
 
-from functools import partial, reduce
-from itertools import accumulate
-from operator import add
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import simpy
@@ -28,7 +26,7 @@ from orcasim.backlog import Backlog
 from orcasim.metrics.recorder import Recorder
 from orcasim.plan import StepPlan
 from orcasim.policies.common import BatchPolicy
-from orcasim.policies.pooled import PooledPlans, pool_contexts, tally
+from orcasim.policies.pooled import PooledPlans, pool_contexts
 from orcasim.policies.queues import KeyedQueue
 from orcasim.policies.runs import TokenRuns
 from orcasim.source import OpenLoopSource
@@ -73,9 +71,10 @@ class TokenRunLoop:
         self.policy.ready_plan = self.ready_plan
         #: the policy's plan right after a run, made here (see _after_run), or None
         self._fused = self._after_run if self._plain_rule(self.policy) else None
-        #: whether the policy's ``planned`` hook does something (else _after_run skips it)
-        self._hook = ("planned" in vars(self.policy)
-                      or type(self.policy).planned is not BatchPolicy.planned)
+        #: whether the policy's ``planned`` hook does something (else _after_run skips it);
+        #: asked of the bound method (reading the policy's __dict__ would make every later
+        #: attribute of the policy slower to read)
+        self._hook = getattr(self.policy.planned, "__func__", None) is not BatchPolicy.planned
         #: by batch size: whether a run's plan may be charged by its aggregates (see advance)
         self._by_size: dict[int, bool] = {}
         #: by batch size: a decode step's ``(a, c)`` (``a + c * kv``, ``a > 0``), or ``()``
@@ -140,7 +139,20 @@ class TokenRunLoop:
             return policy.planned(policy.make_plan(scheduled))  # type: ignore[no-any-return]
         policy._decodes = None  # (PooledPlans.make_plan from the notes: p entries decode)
         rest = scheduled[p:]
-        kv, prefill, decode, left = tally(rest, kv, 0, p, left)
+        prefill, decode = 0, p
+        for req, n in rest:  # (pooled.tally, inline)
+            c = req.num_computed_tokens
+            kv += c
+            out = req.num_output_tokens
+            known = (req.prompt_len or 1) + out
+            if n == 1 and out > 0 and c == known - 1:
+                decode += 1
+            else:
+                prefill += n
+                if c + n < known:
+                    left = 0
+            if req.output_len - out < left:
+                left = req.output_len - out
         plan = StepPlan(len(scheduled), kv, prefill, decode, scheduled,
                         partial(pool_contexts, pool, scheduled))
         policy._left = (plan, left)
@@ -274,17 +286,14 @@ class TokenRunLoop:
                             coef = linear[size] = c if c is not None and c[0] > 0.0 else ()
                         if coef:
                             a, c = coef
-                            if limit == inf and type(a) is float and type(c) is float:
-                                # every step up to the first finish: the same sums in C (a +
-                                # c * x for each step's KV tokens x, added one at a time to the
-                                # end and to the busy time)
-                                ds = list(map(a.__add__, map(c.__mul__, range(
-                                    kv, kv + size * (max_steps - 1), size))))
-                                ends = list(accumulate(ds, initial=t1))
-                                t1 = ends[-1]
-                                run_busy = reduce(add, ds, run_busy)
+                            append = ends.append
+                            if limit == inf:  # every step up to the first finish
+                                for x in range(kv, kv + size * (max_steps - 1), size):
+                                    d = a + c * x
+                                    t1 += d
+                                    run_busy += d
+                                    append(t1)
                             else:
-                                append = ends.append
                                 for x in range(kv, kv + size * (max_steps - 1), size):
                                     d = a + c * x
                                     t1 += d
