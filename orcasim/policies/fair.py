@@ -60,6 +60,8 @@ class FairSharePolicy(BatchPolicy):
     runs_unchanged = True
     #: off: :meth:`admit_waiting` takes the general steps of :class:`BatchPolicy`
     lean_admission: ClassVar[bool] = True
+    #: off: :meth:`planned` charges every plan through :meth:`charge`
+    lean_charge: ClassVar[bool] = True
 
     def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
@@ -84,6 +86,12 @@ class FairSharePolicy(BatchPolicy):
         self._lifts: list[tuple[float, Hashable, list[Hashable]]] = []
         #: whether :meth:`steps_left` is the one that make_plan notes
         self._plain_left = type(self).steps_left is PooledPlans.steps_left
+        self._divisor: dict[Hashable, float] = {}  # a group's weight (weight(g), once)
+        if self.decode_run is not None:  # (None: no runs)
+            # the engine asks before a run (then lifts wait for its end); a loop that takes
+            # the plain decode_run's path without asking reaches no arrival before the run's
+            # end, and complete_run notes the emitters itself
+            self.decode_run = self._offer_run  # type: ignore[method-assign]
 
     def weight(self, group: Any) -> float:
         return self._weights.get(group, 1.0)
@@ -109,13 +117,22 @@ class FairSharePolicy(BatchPolicy):
         counters[group] = max(counters.get(group, 0.0), floor)
         self._queue.forget_choice()
 
+    def _weight_of(self, group: Hashable) -> float:
+        """:meth:`weight`, asked once per group."""
+        w = self._divisor.get(group)
+        if w is None:
+            w = self._divisor[group] = self.weight(group)
+        return w
+
     def admitted(self, req: Request) -> None:
         g = getattr(req, self.group_attr)
         cost = self.params.w_input * (  # type: ignore[attr-defined]
             (req.prompt_len or 1) + req.num_output_tokens - req.num_computed_tokens)  # (its
         # num_tokens - num_computed_tokens)
         counters = self.counters
-        counters[g] = c = counters.get(g, 0.0) + cost / self.weight(g)
+        w = self._divisor.get(g)
+        counters[g] = c = counters.get(g, 0.0) + cost / (w if w is not None
+                                                          else self._weight_of(g))
         self._last_served = c
         running = self._running_groups
         running[g] = running.get(g, 0) + 1
@@ -132,16 +149,27 @@ class FairSharePolicy(BatchPolicy):
                 or not self.lean_admission):
             return super().admit_waiting(scheduled, budget)
         running = self.running
-        admit, admitted = ctx.admit, self.admitted
+        admit = ctx.admit
+        # FairSharePolicy.admitted, in place: its counter, its running count, the choice
+        admitted = None if type(self).admitted is FairSharePolicy.admitted else self.admitted
+        attr, counters, divisor = self.group_attr, self.counters, self._divisor
+        running_groups = self._running_groups
+        w_input = self.params.w_input  # type: ignore[attr-defined]
         queues = q.queues
+        make, arrival = q._make, q._arrival
         while budget > 0 and slots.count < slots.capacity and q._n:
             chosen = q._chosen  # (queue[0]: the chosen group's head)
-            g = chosen[0] if chosen else q.next_group()
+            if chosen:
+                g = chosen[0]
+            elif len(queues) == 1:  # (next_group: the only group, which waits)
+                g = next(iter(queues))
+            else:
+                g = q.next_group()
             gq = queues[g]
             head = gq[0]
             if type(head) is int:
-                head = gq[0] = q._make(head)  # type: ignore[misc]
-            need = (head.prompt_len or 1) + head.num_output_tokens - head.num_computed_tokens
+                head = gq[0] = make(head, arrival[head])  # type: ignore[misc]
+            full = need = (head.prompt_len or 1) + head.num_output_tokens - head.num_computed_tokens
             if need > budget:
                 if self.chunked:
                     need = budget
@@ -160,17 +188,52 @@ class FairSharePolicy(BatchPolicy):
             self.decoding = None  # the batch changed
             scheduled.append((head, need))
             budget -= need
-            admitted(head)
+            if admitted is not None:
+                admitted(head)
+                continue
+            g = getattr(head, attr)  # (admitted: ``full`` is its num_tokens - computed tokens)
+            w = divisor.get(g)
+            counters[g] = c = counters.get(g, 0.0) + w_input * full / (
+                w if w is not None else self._weight_of(g))
+            self._last_served = c
+            running_groups[g] = running_groups.get(g, 0) + 1
+            q._chosen = []
+            self._all_emit = None
         return budget
 
     def release(self, req: Request) -> None:
-        super().release(req)
+        if self.mem is not None:  # (without a memory limit there is nothing to free)
+            super().release(req)
         g = getattr(req, self.group_attr)
-        self._running_groups[g] -= 1
+        running = self._running_groups
+        m = running[g] - 1
+        if m:
+            running[g] = m
+        else:
+            del running[g]
         self._all_emit = None
 
     def planned(self, plan: StepPlan) -> StepPlan:
-        self.charge(plan)
+        """:meth:`charge` ``plan``; a plan in which every running request emits (the steps
+        left that make_plan noted say so) charges its groups in place."""
+        noted, left = self._left
+        if not (noted is plan and left and self._plain_left and self.mem is None
+                and plan.num_seqs == len(self.running) and self.lean_charge):
+            self.charge(plan)
+            return plan
+        counts = self._all_emit
+        if counts is None:  # (kept until a request joins or leaves; never changed)
+            counts = self._all_emit = self._running_groups.copy()
+        self._emitting = (plan, counts)
+        counters = self.counters  # (_charge, one step)
+        costs = self._token_cost
+        for g, m in counts.items():
+            c = costs.get(g)
+            if c is None:
+                c = costs[g] = self.params.w_output / self.weight(g)  # type: ignore[attr-defined]
+            x = counters.get(g, 0.0)
+            counters[g] = x + c if m == 1 else add_repeated(x, c, m)
+        self._queue._chosen = []  # (forget_choice)
         return plan
 
     def charge(self, plan: StepPlan) -> None:
@@ -182,7 +245,7 @@ class FairSharePolicy(BatchPolicy):
             # every running request emits
             counts = self._all_emit
             if counts is None:  # (kept until a request joins or leaves; never changed)
-                counts = self._all_emit = {g: m for g, m in self._running_groups.items() if m}
+                counts = self._all_emit = self._running_groups.copy()
         else:
             counts = {}
             attr = self.group_attr
@@ -206,20 +269,38 @@ class FairSharePolicy(BatchPolicy):
             counters[g] = x + c if n == 1 else add_repeated(x, c, n)  # (one token: x + c)
         self._queue._chosen = []  # (forget_choice)
 
-    def decode_run(self, plan: StepPlan | None = None) -> tuple[int, int, int, bool] | None:
+    def _offer_run(self, plan: StepPlan | None = None) -> tuple[int, int, int, bool] | None:
+        """:meth:`decode_run`, noting the run's emitters per group (its later steps' charges,
+        and the lifts that wait for them): a plan the step rule did not charge runs step by
+        step."""
         noted, counts = self._emitting
         if noted is not plan:  # not planned by the step rule (never charged): step by step
             return None
-        run = super().decode_run(plan)
+        run = type(self).decode_run(self, plan)
         if run is not None:
             self._run_counts = counts
         return run
 
     def complete_run(self, plan: StepPlan, ends: list[float]) -> None:
-        src = self.ctx.source
+        counts = self._run_counts
+        if counts is None:  # taken without asking _offer_run (a plan the step rule charged)
+            noted, counts = self._emitting
+            if noted is not plan:  # (never charged: each later step charges the batch's)
+                counts = self._running_groups.copy()
+            self._run_counts = counts
+        ctx = self.ctx
+        src = ctx.source
         if src is not None and src.lazy:  # the run's arrivals, which lift between its steps
-            self.ctx.poll_arrivals()
-        self._settle(ends, len(ends) - 1)
+            now = ctx.env._now  # (ctx.poll_arrivals)
+            if src.pending_until(now):
+                src.flush(now)
+        k = len(ends) - 1
+        if self._lifts:
+            self._settle(ends, k)
+        else:  # (_settle without lifts)
+            self._run_counts = None
+            if k:
+                self._charge(counts, k)
         super().complete_run(plan, ends)
 
     #: right after a run its :meth:`schedule` is the plain one: the run's charges are settled
