@@ -28,6 +28,7 @@ from orcasim.policies.common import BatchPolicy, TokenParams
 from orcasim.policies.grouped import GroupedQueue
 from orcasim.policies.pooled import PooledPlans
 from orcasim.request import Request
+from orcasim.source import OpenLoopSource
 
 
 class FairParams(TokenParams):
@@ -51,7 +52,10 @@ class FairSharePolicy(BatchPolicy):
     at the run's end between the charges of the steps that started before it
     and those that started after, on the groups that were backlogged when it
     came. The counters are thus the step-by-step ones whenever a decision
-    reads them.
+    reads them. A planned step in which every running request emits is
+    charged when a counter is next read or changed otherwise (charges alone
+    commute: each adds its group's token cost), so a run's end adds its first
+    step's charge with the others, in one pass over the groups.
     """
 
     Params: ClassVar[type[ComponentParams]] = FairParams
@@ -65,7 +69,11 @@ class FairSharePolicy(BatchPolicy):
 
     def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
-        self.counters: dict[Hashable, float] = {}
+        self._counters: dict[Hashable, float] = {}  # (counters, less the unpaid charges)
+        #: the charges of the latest plans in which every running request emits, not added
+        #: yet: (emitters per group, steps); added before anything else reads or changes a
+        #: counter (charges alone commute: each adds its group's token cost)
+        self._unpaid: tuple[dict[Hashable, int], int] | None = None
         self._last_served: float = 0.0
         attr = self.group_attr
         self._weights: dict[str, float] = dict(params.weights)  # type: ignore[attr-defined]
@@ -86,6 +94,8 @@ class FairSharePolicy(BatchPolicy):
         self._lifts: list[tuple[float, Hashable, list[Hashable]]] = []
         #: whether :meth:`steps_left` is the one that make_plan notes
         self._plain_left = type(self).steps_left is PooledPlans.steps_left
+        #: whether :meth:`planned` may leave the charge of a plan in which all emit unpaid
+        self._lean_charge = self._plain_left and self.mem is None and self.lean_charge
         self._divisor: dict[Hashable, float] = {}  # a group's weight (weight(g), once)
         if self.decode_run is not None:  # (None: no runs)
             # the engine asks before a run (then lifts wait for its end); a loop that takes
@@ -95,6 +105,19 @@ class FairSharePolicy(BatchPolicy):
 
     def weight(self, group: Any) -> float:
         return self._weights.get(group, 1.0)
+
+    @property
+    def counters(self) -> dict[Hashable, float]:
+        """Each group's counter, every charge so far added."""
+        if self._unpaid is not None:
+            self._pay()
+        return self._counters
+
+    def _pay(self) -> None:
+        """Add the unpaid charges."""
+        counts, steps = self._unpaid  # type: ignore[misc]
+        self._unpaid = None
+        self._charge(counts, steps)
 
     def _least_served(self, groups: list[Hashable]) -> Hashable:
         if len(groups) == 1:
@@ -139,20 +162,29 @@ class FairSharePolicy(BatchPolicy):
         self._queue._chosen = []  # (forget_choice)
         self._all_emit = None
 
+    #: :meth:`admit_waiting`'s ways, found at its first call: in place, and ``admitted`` too
+    _lean: tuple[bool, bool] | None = None
+
     def admit_waiting(self, scheduled: list[tuple[Request, int]], budget: int) -> int:
         """:meth:`BatchPolicy.admit_waiting` from its :class:`GroupedQueue` without memory
         limits or preemption, the same steps with the chosen group's queue at hand."""
         ctx = self.ctx
         q = ctx.waiting
-        slots = ctx.slots
-        if (q is not self._queue or self.mem is not None or self.preemptive
-                or not self.lean_admission):
+        lean = self._lean
+        if lean is None:  # (the class's switch and hooks, read at the first admission)
+            lean = self._lean = (self.lean_admission and self.mem is None
+                                 and not self.preemptive,
+                                 type(self).admitted is FairSharePolicy.admitted)
+        if q is not self._queue or not lean[0]:
             return super().admit_waiting(scheduled, budget)
+        slots = ctx.slots
         running = self.running
         admit = ctx.admit
         # FairSharePolicy.admitted, in place: its counter, its running count, the choice
-        admitted = None if type(self).admitted is FairSharePolicy.admitted else self.admitted
-        attr, counters, divisor = self.group_attr, self.counters, self._divisor
+        admitted = None if lean[1] else self.admitted
+        if self._unpaid is not None:  # (before the admissions change counters)
+            self._pay()
+        counters, divisor = self._counters, self._divisor
         running_groups = self._running_groups
         w_input = self.params.w_input  # type: ignore[attr-defined]
         queues = q.queues
@@ -191,7 +223,7 @@ class FairSharePolicy(BatchPolicy):
             if admitted is not None:
                 admitted(head)
                 continue
-            g = getattr(head, attr)  # (admitted: ``full`` is its num_tokens - computed tokens)
+            # (admitted: the head's group is g; ``full`` is its num_tokens - computed tokens)
             w = divisor.get(g)
             counters[g] = c = counters.get(g, 0.0) + w_input * full / (
                 w if w is not None else self._weight_of(g))
@@ -215,29 +247,32 @@ class FairSharePolicy(BatchPolicy):
 
     def planned(self, plan: StepPlan) -> StepPlan:
         """:meth:`charge` ``plan``; a plan in which every running request emits (the steps
-        left that make_plan noted say so) charges its groups in place."""
+        left that make_plan noted say so) leaves its charge unpaid until a counter is read or
+        changed otherwise (a run's end adds it with the run's other steps)."""
         noted, left = self._left
-        if not (noted is plan and left and self._plain_left and self.mem is None
-                and plan.num_seqs == len(self.running) and self.lean_charge):
+        if not (noted is plan and left and self._lean_charge
+                and plan.num_seqs == len(self.running)):
             self.charge(plan)
             return plan
         counts = self._all_emit
         if counts is None:  # (kept until a request joins or leaves; never changed)
             counts = self._all_emit = self._running_groups.copy()
         self._emitting = (plan, counts)
-        counters = self.counters  # (_charge, one step)
-        costs = self._token_cost
-        for g, m in counts.items():
-            c = costs.get(g)
-            if c is None:
-                c = costs[g] = self.params.w_output / self.weight(g)  # type: ignore[attr-defined]
-            x = counters.get(g, 0.0)
-            counters[g] = x + c if m == 1 else add_repeated(x, c, m)
-        self._queue._chosen = []  # (forget_choice)
+        unpaid = self._unpaid  # (its charge: one step more unpaid)
+        if unpaid is None:
+            self._unpaid = (counts, 1)
+        elif unpaid[0] is counts:
+            self._unpaid = (counts, unpaid[1] + 1)
+        else:
+            self._pay()
+            self._unpaid = (counts, 1)
+        self._queue._chosen = []  # (forget_choice: the counters changed)
         return plan
 
     def charge(self, plan: StepPlan) -> None:
         """Charge each group ``w_output`` for every token its requests emit in ``plan``."""
+        if self._unpaid is not None:
+            self._pay()
         noted, left = self._left  # (steps_left, as make_plan noted it)
         if noted is not plan or not self._plain_left:
             left = self.steps_left(plan)
@@ -258,7 +293,7 @@ class FairSharePolicy(BatchPolicy):
 
     def _charge(self, counts: dict[Hashable, int], steps: int) -> None:
         """``steps`` steps in which ``counts[g]`` requests of each group ``g`` emit a token."""
-        counters = self.counters
+        counters = self._counters
         costs = self._token_cost
         for g, m in counts.items():
             c = costs.get(g)
@@ -290,15 +325,23 @@ class FairSharePolicy(BatchPolicy):
             self._run_counts = counts
         ctx = self.ctx
         src = ctx.source
-        if src is not None and src.lazy:  # the run's arrivals, which lift between its steps
-            now = ctx.env._now  # (ctx.poll_arrivals)
-            if src.pending_until(now):
-                src.flush(now)
+        if type(src) is OpenLoopSource:  # (ctx.poll_arrivals, for a lazy one)
+            if src.lazy:  # the run's arrivals, which lift between its steps
+                now = ctx.env._now
+                i = src._next
+                if i < src._n and src._arrival[i] <= now:
+                    src.flush(now)
+        elif src is not None and src.lazy:
+            ctx.poll_arrivals()
         k = len(ends) - 1
         if self._lifts:
             self._settle(ends, k)
-        else:  # (_settle without lifts)
+        else:  # (_settle without lifts; with the unpaid charge of its first step)
             self._run_counts = None
+            unpaid = self._unpaid
+            if unpaid is not None and unpaid[0] is counts:
+                self._unpaid = None
+                k += unpaid[1]
             if k:
                 self._charge(counts, k)
         super().complete_run(plan, ends)

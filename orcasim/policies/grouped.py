@@ -80,6 +80,22 @@ class GroupedQueue(Released):
         backlog._lo = hi
         queues, on_backlog, make, arrival = self.queues, self._on_backlog, self._make, self._arrival
         fixed = None if type(of_row) is repeat else of_row
+        self._n += hi - lo
+        if fixed is None and lo < hi:  # every one in group None: a backlogged group's queue
+            q = queues.get(None)  # takes the rest at once (append one by one, as below)
+            if q is None:
+                q = queues[None] = deque()
+            if not q:
+                self._chosen = []
+                if on_backlog is not None:
+                    req = make(lo, arrival[lo])  # type: ignore[misc]
+                    on_backlog(None, req)
+                    q.append(req)
+                else:
+                    q.append(lo)  # type: ignore[arg-type]
+                lo += 1
+            q.extend(range(lo, hi))  # type: ignore[arg-type]
+            return
         for i in range(lo, hi):  # in arrival order, as append one by one
             g = fixed[i] if fixed is not None else None
             q = queues.get(g)
@@ -93,7 +109,6 @@ class GroupedQueue(Released):
                     q.append(req)
                     continue
             q.append(i)  # type: ignore[arg-type]
-        self._n += hi - lo
 
     def _head(self, q: deque[Request]) -> Request:
         """The first request of group queue ``q``, made from its index if need be."""
