@@ -12,6 +12,7 @@ import pytest
 import orcasim
 from orcasim.engine import Engine
 from orcasim.policies.common import BatchPolicy
+from orcasim.policies.fair import FairSharePolicy
 from orcasim.policies.keyed import KeyedPolicy
 from orcasim.policies.prefill_first import PrefillFirst
 from orcasim.simulation import build_model, generate_workload
@@ -21,7 +22,9 @@ from tests.test_token_loop import CLASSES
 #: (class, switch) of each lean path
 SWITCHES = {"keyed-admission": (KeyedPolicy, "lean_admission"),
             "backlog-admission": (BatchPolicy, "lean_backlog"),
-            "prefill-first-plan": (PrefillFirst, "lean_plan")}
+            "prefill-first-plan": (PrefillFirst, "lean_plan"),
+            "fair-admission": (FairSharePolicy, "lean_admission"),
+            "fair-charge": (FairSharePolicy, "lean_charge")}
 
 KEYED = ["priority-preempt", "priority-classes", "priority-aging", "srpt", "sjf", "edf"]
 EXTRA = {
@@ -32,6 +35,8 @@ EXTRA = {
     "edf-preempt": {"type": "edf", "preempt": True, "default_deadline": 5.0},
     "fcfs-whole-prompts": {"type": "fcfs", "chunked_prefill": False, "token_budget": 150},
     "prefill-first-small-budget": {"type": "prefill-first", "token_budget": 150},
+    "vtc-weighted-whole-prompts": {"type": "vtc", "weights": {"b": 3.0}, "w_input": 0.5,
+                                   "chunked_prefill": False, "token_budget": 150},
 }
 FIRST_COME = ["fcfs", "sarathi", "sarathi-tiny-budget", "prefill-first", "decode-first",
               "fcfs-whole-prompts", "prefill-first-small-budget"]
@@ -90,3 +95,14 @@ def test_prefill_first_plan_equals_the_general_steps(name, rate, fast_paths):
     on, off = run_switched(policy_of(name), "prefill-first-plan", rate, fast_paths)
     assert_identical(off, on)
     assert on["events"] == off["events"]
+
+
+@pytest.mark.parametrize("fast_paths", [True, False])
+@pytest.mark.parametrize("rate", [30.0, 2.0])
+@pytest.mark.parametrize("switch", ["fair-admission", "fair-charge"])
+@pytest.mark.parametrize("name", ["vtc", "class-share", "vtc-weighted-whole-prompts"])
+def test_fair_share_lean_paths_equal_the_general_steps(name, switch, rate, fast_paths):
+    on, off = run_switched(policy_of(name), switch, rate, fast_paths)
+    assert_identical(off, on)
+    assert on["events"] == off["events"]
+    assert len(on["counters"]) == 3

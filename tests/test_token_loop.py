@@ -105,3 +105,13 @@ def test_the_loop_is_not_used_with_memory_limits():
         "memory": {"block_size": 16, "num_blocks": 400}}).variants[0]
     m = build_model(cfg, generate_workload(cfg))
     assert m.engine._loop is None
+
+
+@pytest.mark.parametrize("rate", [30.0, 2.0])
+@pytest.mark.parametrize("name", ["vtc", "class-share"])
+def test_fair_share_with_one_group(name, rate):
+    """A workload without tenants or classes: every request is in group ``None``, whose
+    arrivals a lazy source's backlog queues at once."""
+    out = run_three(TOKEN_POLICIES[name], rate, overrides={"workload.classes": None})
+    assert_three_identical(out)
+    assert list(out["loop"]["counters"]) == [None]

@@ -273,16 +273,16 @@ class BatchPolicy(PooledPlans, TokenPolicy):
         """
         ctx = self.ctx
         waiting = ctx.waiting
-        slots = ctx.slots
         mem = self.mem
-        swapped = mem.swapped if mem is not None else ()
         preemptive = self.preemptive
+        if type(waiting) is Backlog and mem is None and not preemptive and self.lean_backlog:
+            return admit_from_backlog(self, waiting, scheduled, budget,  # (none from an empty
+                                      type(self).admitted is not BatchPolicy.admitted)  # one)
+        slots = ctx.slots
+        swapped = mem.swapped if mem is not None else ()
         if not swapped and (budget <= 0 or (
                 slots.count >= slots.capacity and not preemptive) or not waiting):
             return budget  # (what the loop below finds at once)
-        if type(waiting) is Backlog and mem is None and not preemptive and self.lean_backlog:
-            return admit_from_backlog(self, waiting, scheduled, budget,
-                                      type(self).admitted is not BatchPolicy.admitted)
         running = self.running
         while budget > 0:
             if swapped and (not waiting or self.swap_first(swapped[0], waiting[0])):

@@ -28,6 +28,7 @@ from orcasim.policies.common import BatchPolicy, TokenParams
 from orcasim.policies.grouped import GroupedQueue
 from orcasim.policies.pooled import PooledPlans
 from orcasim.request import Request
+from orcasim.source import OpenLoopSource
 
 
 class FairParams(TokenParams):
@@ -51,7 +52,10 @@ class FairSharePolicy(BatchPolicy):
     at the run's end between the charges of the steps that started before it
     and those that started after, on the groups that were backlogged when it
     came. The counters are thus the step-by-step ones whenever a decision
-    reads them.
+    reads them. A planned step in which every running request emits is
+    charged when a counter is next read or changed otherwise (charges alone
+    commute: each adds its group's token cost), so a run's end adds its first
+    step's charge with the others, in one pass over the groups.
     """
 
     Params: ClassVar[type[ComponentParams]] = FairParams
@@ -60,10 +64,16 @@ class FairSharePolicy(BatchPolicy):
     runs_unchanged = True
     #: off: :meth:`admit_waiting` takes the general steps of :class:`BatchPolicy`
     lean_admission: ClassVar[bool] = True
+    #: off: :meth:`planned` charges every plan through :meth:`charge`
+    lean_charge: ClassVar[bool] = True
 
     def __init__(self, params: ComponentParams, ctx: SchedulerContext) -> None:
         super().__init__(params, ctx)
-        self.counters: dict[Hashable, float] = {}
+        self._counters: dict[Hashable, float] = {}  # (counters, less the unpaid charges)
+        #: the charges of the latest plans in which every running request emits, not added
+        #: yet: (emitters per group, steps); added before anything else reads or changes a
+        #: counter (charges alone commute: each adds its group's token cost)
+        self._unpaid: tuple[dict[Hashable, int], int] | None = None
         self._last_served: float = 0.0
         attr = self.group_attr
         self._weights: dict[str, float] = dict(params.weights)  # type: ignore[attr-defined]
@@ -84,9 +94,30 @@ class FairSharePolicy(BatchPolicy):
         self._lifts: list[tuple[float, Hashable, list[Hashable]]] = []
         #: whether :meth:`steps_left` is the one that make_plan notes
         self._plain_left = type(self).steps_left is PooledPlans.steps_left
+        #: whether :meth:`planned` may leave the charge of a plan in which all emit unpaid
+        self._lean_charge = self._plain_left and self.mem is None and self.lean_charge
+        self._divisor: dict[Hashable, float] = {}  # a group's weight (weight(g), once)
+        if self.decode_run is not None:  # (None: no runs)
+            # the engine asks before a run (then lifts wait for its end); a loop that takes
+            # the plain decode_run's path without asking reaches no arrival before the run's
+            # end, and complete_run notes the emitters itself
+            self.decode_run = self._offer_run  # type: ignore[method-assign]
 
     def weight(self, group: Any) -> float:
         return self._weights.get(group, 1.0)
+
+    @property
+    def counters(self) -> dict[Hashable, float]:
+        """Each group's counter, every charge so far added."""
+        if self._unpaid is not None:
+            self._pay()
+        return self._counters
+
+    def _pay(self) -> None:
+        """Add the unpaid charges."""
+        counts, steps = self._unpaid  # type: ignore[misc]
+        self._unpaid = None
+        self._charge(counts, steps)
 
     def _least_served(self, groups: list[Hashable]) -> Hashable:
         if len(groups) == 1:
@@ -109,39 +140,68 @@ class FairSharePolicy(BatchPolicy):
         counters[group] = max(counters.get(group, 0.0), floor)
         self._queue.forget_choice()
 
+    def _weight_of(self, group: Hashable) -> float:
+        """:meth:`weight`, asked once per group."""
+        w = self._divisor.get(group)
+        if w is None:
+            w = self._divisor[group] = self.weight(group)
+        return w
+
     def admitted(self, req: Request) -> None:
         g = getattr(req, self.group_attr)
         cost = self.params.w_input * (  # type: ignore[attr-defined]
             (req.prompt_len or 1) + req.num_output_tokens - req.num_computed_tokens)  # (its
         # num_tokens - num_computed_tokens)
         counters = self.counters
-        counters[g] = c = counters.get(g, 0.0) + cost / self.weight(g)
+        w = self._divisor.get(g)
+        counters[g] = c = counters.get(g, 0.0) + cost / (w if w is not None
+                                                          else self._weight_of(g))
         self._last_served = c
         running = self._running_groups
         running[g] = running.get(g, 0) + 1
         self._queue._chosen = []  # (forget_choice)
         self._all_emit = None
 
+    #: :meth:`admit_waiting`'s ways, found at its first call: in place, and ``admitted`` too
+    _lean: tuple[bool, bool] | None = None
+
     def admit_waiting(self, scheduled: list[tuple[Request, int]], budget: int) -> int:
         """:meth:`BatchPolicy.admit_waiting` from its :class:`GroupedQueue` without memory
         limits or preemption, the same steps with the chosen group's queue at hand."""
         ctx = self.ctx
         q = ctx.waiting
-        slots = ctx.slots
-        if (q is not self._queue or self.mem is not None or self.preemptive
-                or not self.lean_admission):
+        lean = self._lean
+        if lean is None:  # (the class's switch and hooks, read at the first admission)
+            lean = self._lean = (self.lean_admission and self.mem is None
+                                 and not self.preemptive,
+                                 type(self).admitted is FairSharePolicy.admitted)
+        if q is not self._queue or not lean[0]:
             return super().admit_waiting(scheduled, budget)
+        slots = ctx.slots
         running = self.running
-        admit, admitted = ctx.admit, self.admitted
+        admit = ctx.admit
+        # FairSharePolicy.admitted, in place: its counter, its running count, the choice
+        admitted = None if lean[1] else self.admitted
+        if self._unpaid is not None:  # (before the admissions change counters)
+            self._pay()
+        counters, divisor = self._counters, self._divisor
+        running_groups = self._running_groups
+        w_input = self.params.w_input  # type: ignore[attr-defined]
         queues = q.queues
+        make, arrival = q._make, q._arrival
         while budget > 0 and slots.count < slots.capacity and q._n:
             chosen = q._chosen  # (queue[0]: the chosen group's head)
-            g = chosen[0] if chosen else q.next_group()
+            if chosen:
+                g = chosen[0]
+            elif len(queues) == 1:  # (next_group: the only group, which waits)
+                g = next(iter(queues))
+            else:
+                g = q.next_group()
             gq = queues[g]
             head = gq[0]
             if type(head) is int:
-                head = gq[0] = q._make(head)  # type: ignore[misc]
-            need = (head.prompt_len or 1) + head.num_output_tokens - head.num_computed_tokens
+                head = gq[0] = make(head, arrival[head])  # type: ignore[misc]
+            full = need = (head.prompt_len or 1) + head.num_output_tokens - head.num_computed_tokens
             if need > budget:
                 if self.chunked:
                     need = budget
@@ -160,21 +220,59 @@ class FairSharePolicy(BatchPolicy):
             self.decoding = None  # the batch changed
             scheduled.append((head, need))
             budget -= need
-            admitted(head)
+            if admitted is not None:
+                admitted(head)
+                continue
+            # (admitted: the head's group is g; ``full`` is its num_tokens - computed tokens)
+            w = divisor.get(g)
+            counters[g] = c = counters.get(g, 0.0) + w_input * full / (
+                w if w is not None else self._weight_of(g))
+            self._last_served = c
+            running_groups[g] = running_groups.get(g, 0) + 1
+            q._chosen = []
+            self._all_emit = None
         return budget
 
     def release(self, req: Request) -> None:
-        super().release(req)
+        if self.mem is not None:  # (without a memory limit there is nothing to free)
+            super().release(req)
         g = getattr(req, self.group_attr)
-        self._running_groups[g] -= 1
+        running = self._running_groups
+        m = running[g] - 1
+        if m:
+            running[g] = m
+        else:
+            del running[g]
         self._all_emit = None
 
     def planned(self, plan: StepPlan) -> StepPlan:
-        self.charge(plan)
+        """:meth:`charge` ``plan``; a plan in which every running request emits (the steps
+        left that make_plan noted say so) leaves its charge unpaid until a counter is read or
+        changed otherwise (a run's end adds it with the run's other steps)."""
+        noted, left = self._left
+        if not (noted is plan and left and self._lean_charge
+                and plan.num_seqs == len(self.running)):
+            self.charge(plan)
+            return plan
+        counts = self._all_emit
+        if counts is None:  # (kept until a request joins or leaves; never changed)
+            counts = self._all_emit = self._running_groups.copy()
+        self._emitting = (plan, counts)
+        unpaid = self._unpaid  # (its charge: one step more unpaid)
+        if unpaid is None:
+            self._unpaid = (counts, 1)
+        elif unpaid[0] is counts:
+            self._unpaid = (counts, unpaid[1] + 1)
+        else:
+            self._pay()
+            self._unpaid = (counts, 1)
+        self._queue._chosen = []  # (forget_choice: the counters changed)
         return plan
 
     def charge(self, plan: StepPlan) -> None:
         """Charge each group ``w_output`` for every token its requests emit in ``plan``."""
+        if self._unpaid is not None:
+            self._pay()
         noted, left = self._left  # (steps_left, as make_plan noted it)
         if noted is not plan or not self._plain_left:
             left = self.steps_left(plan)
@@ -182,7 +280,7 @@ class FairSharePolicy(BatchPolicy):
             # every running request emits
             counts = self._all_emit
             if counts is None:  # (kept until a request joins or leaves; never changed)
-                counts = self._all_emit = {g: m for g, m in self._running_groups.items() if m}
+                counts = self._all_emit = self._running_groups.copy()
         else:
             counts = {}
             attr = self.group_attr
@@ -195,7 +293,7 @@ class FairSharePolicy(BatchPolicy):
 
     def _charge(self, counts: dict[Hashable, int], steps: int) -> None:
         """``steps`` steps in which ``counts[g]`` requests of each group ``g`` emit a token."""
-        counters = self.counters
+        counters = self._counters
         costs = self._token_cost
         for g, m in counts.items():
             c = costs.get(g)
@@ -206,20 +304,46 @@ class FairSharePolicy(BatchPolicy):
             counters[g] = x + c if n == 1 else add_repeated(x, c, n)  # (one token: x + c)
         self._queue._chosen = []  # (forget_choice)
 
-    def decode_run(self, plan: StepPlan | None = None) -> tuple[int, int, int, bool] | None:
+    def _offer_run(self, plan: StepPlan | None = None) -> tuple[int, int, int, bool] | None:
+        """:meth:`decode_run`, noting the run's emitters per group (its later steps' charges,
+        and the lifts that wait for them): a plan the step rule did not charge runs step by
+        step."""
         noted, counts = self._emitting
         if noted is not plan:  # not planned by the step rule (never charged): step by step
             return None
-        run = super().decode_run(plan)
+        run = type(self).decode_run(self, plan)
         if run is not None:
             self._run_counts = counts
         return run
 
     def complete_run(self, plan: StepPlan, ends: list[float]) -> None:
-        src = self.ctx.source
-        if src is not None and src.lazy:  # the run's arrivals, which lift between its steps
-            self.ctx.poll_arrivals()
-        self._settle(ends, len(ends) - 1)
+        counts = self._run_counts
+        if counts is None:  # taken without asking _offer_run (a plan the step rule charged)
+            noted, counts = self._emitting
+            if noted is not plan:  # (never charged: each later step charges the batch's)
+                counts = self._running_groups.copy()
+            self._run_counts = counts
+        ctx = self.ctx
+        src = ctx.source
+        if type(src) is OpenLoopSource:  # (ctx.poll_arrivals, for a lazy one)
+            if src.lazy:  # the run's arrivals, which lift between its steps
+                now = ctx.env._now
+                i = src._next
+                if i < src._n and src._arrival[i] <= now:
+                    src.flush(now)
+        elif src is not None and src.lazy:
+            ctx.poll_arrivals()
+        k = len(ends) - 1
+        if self._lifts:
+            self._settle(ends, k)
+        else:  # (_settle without lifts; with the unpaid charge of its first step)
+            self._run_counts = None
+            unpaid = self._unpaid
+            if unpaid is not None and unpaid[0] is counts:
+                self._unpaid = None
+                k += unpaid[1]
+            if k:
+                self._charge(counts, k)
         super().complete_run(plan, ends)
 
     #: right after a run its :meth:`schedule` is the plain one: the run's charges are settled

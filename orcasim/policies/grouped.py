@@ -34,8 +34,8 @@ class GroupedQueue(Released):
     its group (or is handed to ``on_backlog``, or the queue is iterated).
     """
 
-    __slots__ = ("_choose", "_chosen", "_column", "_group", "_make", "_n", "_of_row",
-                 "_on_backlog", "queues")
+    __slots__ = ("_arrival", "_choose", "_chosen", "_column", "_group", "_make", "_n",
+                 "_of_row", "_on_backlog", "queues")
 
     def __init__(
         self,
@@ -50,7 +50,9 @@ class GroupedQueue(Released):
         self._on_backlog = on_backlog
         self._column = group_column
         self._of_row: Any = None  # a lazy source's column of groups ([None]: no column)
-        self._make: Callable[[int], Request] | None = None  # a row's request
+        #: a row's request (``_make(i, _arrival[i])``: the lazy source's own maker)
+        self._make: Callable[[int, float], Request] | None = None
+        self._arrival: Any = None
         self.queues: dict[Hashable, deque[Request]] = {}
         self._n = 0
         self._chosen: list[Hashable] = []  # the group served next, when known
@@ -61,10 +63,9 @@ class GroupedQueue(Released):
         super().attach(backlog)
         if self._column is not None:
             src = backlog._source
-            arrival, request = src._arrival, src._request
             col = dict(src._attrs).get(self._column)
             self._of_row = col if col is not None else repeat(None)
-            self._make = lambda i: request(i, arrival[i])
+            self._make, self._arrival = src._request, src._arrival
         return self
 
     def release(self, hi: int) -> None:
@@ -77,8 +78,24 @@ class GroupedQueue(Released):
         backlog.release(hi)
         lo = backlog._lo
         backlog._lo = hi
-        queues, on_backlog, make = self.queues, self._on_backlog, self._make
+        queues, on_backlog, make, arrival = self.queues, self._on_backlog, self._make, self._arrival
         fixed = None if type(of_row) is repeat else of_row
+        self._n += hi - lo
+        if fixed is None and lo < hi:  # every one in group None: a backlogged group's queue
+            q = queues.get(None)  # takes the rest at once (append one by one, as below)
+            if q is None:
+                q = queues[None] = deque()
+            if not q:
+                self._chosen = []
+                if on_backlog is not None:
+                    req = make(lo, arrival[lo])  # type: ignore[misc]
+                    on_backlog(None, req)
+                    q.append(req)
+                else:
+                    q.append(lo)  # type: ignore[arg-type]
+                lo += 1
+            q.extend(range(lo, hi))  # type: ignore[arg-type]
+            return
         for i in range(lo, hi):  # in arrival order, as append one by one
             g = fixed[i] if fixed is not None else None
             q = queues.get(g)
@@ -87,18 +104,17 @@ class GroupedQueue(Released):
             if not q:
                 self._chosen = []
                 if on_backlog is not None:
-                    req = make(i)  # type: ignore[misc]
+                    req = make(i, arrival[i])  # type: ignore[misc]
                     on_backlog(g, req)
                     q.append(req)
                     continue
             q.append(i)  # type: ignore[arg-type]
-        self._n += hi - lo
 
     def _head(self, q: deque[Request]) -> Request:
         """The first request of group queue ``q``, made from its index if need be."""
         req = q[0]
         if type(req) is int:
-            req = q[0] = self._make(req)  # type: ignore[misc]
+            req = q[0] = self._make(req, self._arrival[req])  # type: ignore[misc]
         return req
 
     def forget_choice(self) -> None:
@@ -116,7 +132,7 @@ class GroupedQueue(Released):
         for q in self.queues.values():
             for at, req in enumerate(q):
                 if type(req) is int:
-                    q[at] = self._make(req)  # type: ignore[misc]
+                    q[at] = self._make(req, self._arrival[req])  # type: ignore[misc]
             yield from q
 
     def group(self, req: Request) -> Hashable:
@@ -155,7 +171,7 @@ class GroupedQueue(Released):
         q = self.queues[g]
         req = q.popleft()
         if type(req) is int:
-            req = self._make(req)  # type: ignore[misc]
+            req = self._make(req, self._arrival[req])  # type: ignore[misc]
         self._n -= 1
         if not q:
             self._chosen = []

@@ -147,7 +147,8 @@ class PooledPlans:
             else:
                 req = done[0]
             running.remove(req)
-            self.release(req)  # type: ignore[attr-defined]
+            if self.mem is not None or type(self).release is not TokenPolicy.release:
+                self.release(req)  # type: ignore[attr-defined]  # (else: nothing to free)
             ctx.finish_all([req], t_end)
         elif finished or done:
             for req in done:  # as the last step finds them
