@@ -29,6 +29,7 @@ from orcasim.metrics.kv_series import BUFFER as KV_BUFFER
 from orcasim.metrics.request_rows import DONE_BLOCK
 from orcasim.policies.decode_loop import FcfsDecodeLoop
 from orcasim.policies.kv_loop_admit import KVLoopAdmission
+from orcasim.policies.kv_loop_check import KVLoopCheck
 from orcasim.policies.kv_loop_rows import KVLoopRows
 from orcasim.policies.kv_preempt import KVPreemption
 from orcasim.request import RequestState
@@ -41,7 +42,7 @@ FINISHED = RequestState.FINISHED
 RECOMPUTE_NEWEST = KVPreemption._recompute_newest
 
 
-class KVDecodeLoop(KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
+class KVDecodeLoop(KVLoopCheck, KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
     """Whole runs of a first-come-first-served decode batch in a paged pool (see the module)."""
 
     #: off: the engine takes every run through the policy's and recorder's methods
@@ -65,47 +66,6 @@ class KVDecodeLoop(KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
                       and type(policy)._recompute_newest is RECOMPUTE_NEWEST
                       and self.rec.set_row_source(src, src._arrival, src._prompt, src._output))
         self._admit_at = self._admission(policy, self.light)
-
-    @classmethod
-    def applies(cls, engine: Engine) -> bool:
-        """Whether ``engine`` may take its runs through this loop: ``continuous`` (its own
-        methods) with head-of-line admission into a plain paged pool, counted
-        (``counted_admission``), without prefill charging or processes, fed by a lazy
-        open-loop source."""
-        from orcasim.batch import DecodeBatch
-        from orcasim.policies.base import DecodeOnlyPolicy
-        from orcasim.policies.continuous import Continuous
-        from orcasim.policies.kv_runs import KVDecodeRuns
-        from orcasim.policies.memory import KVDecodePolicy
-        from orcasim.source import Backlog, OpenLoopSource
-
-        policy: Any = engine.policy
-        if not (cls.enabled and isinstance(policy, KVDecodePolicy) and policy.kv is not None):
-            return False
-        kind = type(policy)
-        ctx = engine.ctx
-        own = all(getattr(kind, name) is getattr(base, name) for base, name in (
-            (KVDecodePolicy, "ready_plan"), (KVDecodePolicy, "_prepare"),
-            (KVDecodePolicy, "finished"), (KVDecodePolicy, "join"),
-            (KVDecodePolicy, "admit_fcfs"), (KVDecodePolicy, "_admit_counted"),
-            (KVDecodePolicy, "_refused_again"), (KVDecodePolicy, "room"),
-            (KVDecodePolicy, "complete_step"), (KVDecodePolicy, "_grow_exact"),
-            (KVDecodePolicy, "_preempt"), (KVDecodePolicy, "_victim"), (KVDecodeRuns, "decode_run"),
-            (KVDecodeRuns, "complete_run"), (Continuous, "admit"), (Continuous, "has_room"),
-            (DecodeOnlyPolicy, "_complete")))
-        return (own and policy._counted and policy.growth is not None and not policy.prefill
-                and policy._runs and not policy._listens and kind.admits_every_step
-                and type(policy.batch) is DecodeBatch
-                and type(ctx.source) is OpenLoopSource and ctx.source.lazy
-                and type(ctx.waiting) is Backlog)
-
-    def ready(self) -> bool:
-        """As without memory, and nobody waits on the pool (a ``kv.get`` or ``kv.freed``) or
-        is swapped out."""
-        kv = self.kv
-        policy: Any = self.policy
-        return (not kv._getters and kv._freed is None and not policy._swapped
-                and FcfsDecodeLoop.ready(self))
 
     def advance(self, busy: float) -> tuple[float, float]:
         """:meth:`FcfsDecodeLoop.advance` with memory; the members that joined here as rows
@@ -154,6 +114,12 @@ class KVDecodeLoop(KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
         held = alloc.held
         internal = alloc._internal
         series = kv.series
+        # the memory series' raw lists, extended in place (KVSeries.add_run); none: scratch
+        kv_t1, alloc_col, int_col, run_col = ((series._t1, series._alloc, series._int,
+                                               series._runs) if series is not None
+                                              else ([], [], [], []))
+        alloc_add = alloc_col.append
+        kv_room = KV_BUFFER - len(kv_t1)  # steps until the series' buffer is full
         kv_bs = kv.block_size
         num_blocks = alloc.capacity_units
         growth = self.growth
@@ -235,9 +201,20 @@ class KVDecodeLoop(KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
             room = False
             if max_steps > 1:
                 free = alloc.num_free_blocks  # (DecodeGrowth.covered: at once where the free
-                if (growth._early or len(phases[(step + 1) % bs]) > free  # blocks cover every
-                        or free < len(grow_plan) * ((max_steps - 1) // bs + 1)):  # growth)
-                    max_steps = covered(step, max_steps - 1) + 1
+                if growth._early or len(phases[(step + 1) % bs]) > free:  # blocks cover every
+                    max_steps = 1  # growth; none where they do not cover the next round)
+                elif free < len(grow_plan) * ((max_steps - 1) // bs + 1):
+                    a = (step + 1) % bs  # round by round: the rounds are a slice of the ring
+                    if a + max_steps - 1 <= ring_len:
+                        covers = 0
+                        for ph in ring[a:a + max_steps - 1]:
+                            free -= len(ph)
+                            if free < 0:
+                                break
+                            covers += 1
+                        max_steps = covers + 1
+                    else:
+                        max_steps = covered(step, max_steps - 1) + 1
                 if max_steps > 1:
                     open_slot = slots.count < slots.capacity
                     if policy._blocked:  # the head was refused: it is at every boundary
@@ -275,47 +252,49 @@ class KVDecodeLoop(KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
                     allocated, internals = growth.run_rounds(step, steps - 1)
                 except ValueError as err:
                     raise SimulationError(f"a run of decode steps: {err}") from None
-            else:
-                allocated = [used * bs]
+                alloc_col += allocated
+                int_col += internals
+                peak = allocated[-1]
+            else:  # each step's allocated and internal slots go straight to the series' lists
+                alloc_add(used * bs)
                 if steps > 1:
-                    append = allocated.append
                     a = (step + 1) % bs  # (rounds step + 1 to last: a slice of the ring)
                     for ph in (ring[a:a + steps - 1] if a + steps <= ring_len else
                                 (phases[r % bs] for r in range(step + 1, last + 1))):
                         used += len(ph)
-                        append(used * bs)
+                        alloc_add(used * bs)
                     if used > num_blocks:  # (covered: never)
                         raise SimulationError(f"a run of decode steps: rounds {step + 1} to "
                                               f"{last} need more blocks than are free")
                     alloc.num_free_blocks = num_blocks - used
                     growth.last_round = last
+                peak = used * bs  # (allocated only grows in a run)
                 slots_int = alloc.internal_slots
                 if grow_events and grow_events[0][0] <= last:  # members take their final
-                    internals = []  # blocks (DecodeGrowth.end_round): internal slots from then
-                    at = step
+                    at = step  # blocks (DecodeGrowth.end_round): internal slots from then
                     while grow_events and grow_events[0][0] <= last:
                         r, seq, k = heappop(grow_events)
                         g = grow_plan.get(k)
                         if g is not None and g[3] == seq:
-                            internals += [slots_int] * (r - at)
+                            int_col += [slots_int] * (r - at)
                             at = r
                             internal[k] = tail = g[4]
                             slots_int += tail
-                    internals += [slots_int] * (last + 1 - at)
+                    int_col += [slots_int] * (last + 1 - at)
                     alloc.internal_slots = slots_int
                 else:
-                    internals = [slots_int] * steps
-            peak = allocated[-1]  # (allocated only grows in a run)
+                    int_col += [slots_int] * steps
             if series is not None:  # (KVPool.observe_run, KVSeries.add_run)
                 if peak > kv.peak_allocated:
                     kv.peak_allocated = peak
-                kv_t1 = series._t1
                 kv_t1 += ends
-                series._alloc += allocated
-                series._int += internals
-                series._runs.extend((now, steps, kv_tokens, size, pad, swapped, policy._blocked))
-                if len(kv_t1) >= KV_BUFFER:
+                run_col.extend((now, steps, kv_tokens, size, pad, swapped, policy._blocked))
+                kv_room -= steps
+                if kv_room <= 0:
                     series.flush(whole=True)
+                    kv_room = KV_BUFFER - len(kv_t1)
+            else:
+                del alloc_col[:], int_col[:]
             # the run's effects (DecodeOnlyPolicy._complete): first tokens, then the members
             # that finish in its last step leave (DecodeBatch.advance), free their blocks
             # (KVDecodePolicy.finished) and end (SchedulerContext.finish_all)
@@ -341,6 +320,7 @@ class KVDecodeLoop(KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
             batch.num_steps = step
             kv_left = kv_tokens + size * steps
             left = size
+            freed = freed_int = 0  # blocks and internal slots given back
             while heap and heap[0][0] == step:
                 _, seq, m = heappop(heap)
                 if members.pop(seq, None) is None:  # removed earlier
@@ -359,17 +339,19 @@ class KVDecodeLoop(KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
                     m.state = FINISHED
                     m.finish = m.last_token = t
                     k = m.id
-                alloc.internal_slots -= internal.pop(k, 0)  # (KVPool.release)
+                freed_int += internal.pop(k, 0)  # (KVPool.release)
                 g = grow_plan.pop(k, None)
                 if g is None:
-                    alloc.num_free_blocks += held.pop(k)
+                    freed += held.pop(k)
                 else:  # it grew (DecodeGrowth.leave), to its final block before its last step
                     phases[g[1] % bs].pop(g[3], None)
                     del held[k]
-                    alloc.num_free_blocks += g[0] + g[2]
+                    freed += g[0] + g[2]
                 done_row(m)
                 left -= 1
             if left != size:
+                alloc.num_free_blocks += freed
+                alloc.internal_slots -= freed_int
                 kv.num_releases += size - left
                 slots.count -= size - left
                 batch.size = left

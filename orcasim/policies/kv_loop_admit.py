@@ -97,10 +97,17 @@ class KVLoopAdmission:
                             rest = True
                             break
                         head.popleft()
+                        if free_slots:  # (DecodeBatch.add: the lowest free slot)
+                            slot = heappop(free_slots)
+                        else:
+                            slot = next_slot
+                            next_slot += 1
                         if type(m) is list:  # preempted, scheduled before
                             slots.count += 1
+                            m[3] = slot
                             m[4] = step + o - out
                         else:
+                            m.slot = slot
                             if m.state != RUNNING:  # (SchedulerContext.admit)
                                 slots.count += 1
                                 m.state = RUNNING
@@ -129,7 +136,12 @@ class KVLoopAdmission:
                             policy._blocked = True  # refused (try_join): it stays in the
                             policy._miss = None  # backlog, tried again at the next boundary
                             break
-                        m = [k, now, None, 0, step + o]
+                        if free_slots:
+                            slot = heappop(free_slots)
+                        else:
+                            slot = next_slot
+                            next_slot += 1
+                        m = [k, now, None, slot, step + o]
                         heappush(heap, (step + o, seq, m))
                         kv_added += p
                         rows += 1
@@ -137,24 +149,16 @@ class KVLoopAdmission:
                     free -= need  # (PagedAllocator.admit, DecodeBatch.add)
                     held[rid] = need
                     policy._miss = None
-                    if free_slots:
-                        slot = heappop(free_slots)
-                    else:
-                        slot = next_slot
-                        next_slot += 1
-                    if type(m) is list:
-                        m[3] = slot
-                    else:
-                        m.slot = slot
                     members[seq] = m
                     joined.append(m)
-                    tail = need * bs - (p1 + o - 1)  # its final block's unused slots
+                    held_slots = need * bs
+                    tail = held_slots - (p1 + o - 1)  # its final block's unused slots
                     if tail >= 0:
                         internal[rid] = tail
                         int_added += tail
                     else:  # it grows (DecodeGrowth.join)
                         g = -(tail // bs)
-                        fg = step + need * bs + 1 - (p1 + out)
+                        fg = step + held_slots + 1 - (p1 + out)
                         grow_plan[rid] = (need, fg, g, seq, tail + g * bs)
                         if early:
                             growth._early.append((fg % bs, seq, rid))
