@@ -242,6 +242,7 @@ def _run_trace(workload: StepWorkload, block_tables: bool
     policy = VllmV1(workload.params, ctx)
     assert policy.pool is not None
     policy.pool.series = rec.kv = None  # a trace has no memory series: none is kept
+    policy.plans_by_sizes = True  # a constant step time and no step columns read only sizes
     writer = TraceWriter(block_tables)
     policy.observer = writer
     OpenLoopSource(env, ctx, workload.arrays())

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from orcasim.policies.vllm_v1 import VllmV1
 from orcasim.steptrace import (
     first_difference,
     load_workload,
@@ -63,6 +64,34 @@ def test_the_writers_summary_is_the_one_made_from_the_lines(trace: Path):
     assert list(ours.items()) == list(ref.items())
     for key in ("finish_step", "first_token_step"):  # in the same order too
         assert list(ours[key].items()) == list(ref[key].items())
+
+
+@pytest.mark.parametrize("trace", TRACES, ids=name_of)
+def test_plans_by_sizes_have_the_sizes_of_the_listed_plans(trace: Path, monkeypatch):
+    """A step trace's plans carry only their sizes (``plans_by_sizes``): the same sizes, step
+    for step, as the plans that list their requests and contexts, and the same trace."""
+    workload = load_workload(GOLDEN / f"{name_of(trace)}.json")
+    plan_of = VllmV1._plan
+    runs = {}
+    for by_sizes in (True, False):
+        sizes = []
+
+        def plan(self, out, by_sizes=by_sizes, sizes=sizes):
+            self.plans_by_sizes = by_sizes
+            p = plan_of(self, out)
+            assert (p.scheduled is None) == by_sizes
+            if p.scheduled is not None:
+                assert p.num_seqs == len(p.scheduled) and p.num_kv_tokens == sum(p.contexts)
+            sizes.append((p.num_seqs, p.num_kv_tokens, p.num_prefill_tokens,
+                          p.num_decode_tokens, p.num_singles))
+            return p
+
+        monkeypatch.setattr(VllmV1, "_plan", plan)
+        lines, summary = run_trace(workload)
+        del summary["loop_wall_s"], summary["ms_per_step"]
+        runs[by_sizes] = (sizes, lines, summary)
+    assert runs[True] == runs[False]
+    assert len(runs[True][0]) == len(runs[True][1])  # a plan for every schedule call
 
 
 def test_first_difference_names_the_step_and_field():

@@ -26,6 +26,10 @@ class Output(PolicyState):
     #: requests and contexts (set by the engine when its latency model times an all-decode
     #: step from them: the same time either way)
     plans_by_aggregates: bool = False
+    #: every plan carries only its sizes (requests, KV tokens, prefill and decode tokens), no
+    #: list of requests and contexts: for a run whose latency model and recorder read nothing
+    #: else (a step-clock trace, :func:`~orcasim.steptrace.run_trace`)
+    plans_by_sizes: bool = False
 
     # -- processing a step's output ----------------------------------------------------
     def _update(self, out: StepOutput, plan: StepPlan | None = None) -> None:
@@ -155,6 +159,12 @@ class Output(PolicyState):
             if entries:
                 pairs += map(_pair, entries)
                 contexts += map(_start, entries)
+        elif self.plans_by_sizes:  # nobody reads the list: the same sizes without it
+            decode = out.num_decode
+            plan = StepPlan(len(entries), sum(map(_start, entries)), out.num_tokens - decode,
+                            decode)
+            out.plan = plan
+            return plan
         else:
             pairs = list(map(_pair, entries))
             contexts = list(map(_start, entries))
