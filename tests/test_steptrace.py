@@ -55,7 +55,10 @@ def test_a_step_trace_leaves_nothing_frozen_and_keeps_what_others_froze():
     try:
         frozen = gc.get_freeze_count()
         run_trace(load_workload(GOLDEN / "tiny.json"))
-        assert gc.get_freeze_count() == frozen  # not thawed by the run
+        # not thawed by the run (that would leave none) and nothing of its own added; a
+        # thread another test left running may free a few of the frozen objects meanwhile
+        assert frozen - 100 <= gc.get_freeze_count() <= frozen
+        assert frozen > 1_000
         assert gc.get_threshold()[0] != 50_000
     finally:
         gc.unfreeze()
