@@ -78,7 +78,7 @@ class GroupedQueue(Released):
         backlog.release(hi)
         lo = backlog._lo
         backlog._lo = hi
-        queues, on_backlog, make, arrival = self.queues, self._on_backlog, self._make, self._arrival
+        queues = self.queues
         fixed = None if type(of_row) is repeat else of_row
         self._n += hi - lo
         if fixed is None and lo < hi:  # every one in group None: a backlogged group's queue
@@ -86,13 +86,7 @@ class GroupedQueue(Released):
             if q is None:
                 q = queues[None] = deque()
             if not q:
-                self._chosen = []
-                if on_backlog is not None:
-                    req = make(lo, arrival[lo])  # type: ignore[misc]
-                    on_backlog(None, req)
-                    q.append(req)
-                else:
-                    q.append(lo)  # type: ignore[arg-type]
+                self._first(q, None, lo)
                 lo += 1
             q.extend(range(lo, hi))  # type: ignore[arg-type]
             return
@@ -101,13 +95,21 @@ class GroupedQueue(Released):
             q = queues.get(g)
             if q is None:
                 q = queues[g] = deque()
-            if not q:
-                self._chosen = []
-                if on_backlog is not None:
-                    req = make(i, arrival[i])  # type: ignore[misc]
-                    on_backlog(g, req)
-                    q.append(req)
-                    continue
+            if q:
+                q.append(i)  # type: ignore[arg-type]
+            else:
+                self._first(q, g, i)
+
+    def _first(self, q: deque[Request], g: Hashable, i: int) -> None:
+        """Row ``i`` joins group ``g``'s empty queue ``q``: the choice of group is forgotten,
+        and ``on_backlog``, if any, sees it as a request (then queued as one)."""
+        self._chosen = []
+        on_backlog = self._on_backlog
+        if on_backlog is not None:
+            req = self._make(i, self._arrival[i])  # type: ignore[misc]
+            on_backlog(g, req)
+            q.append(req)
+        else:
             q.append(i)  # type: ignore[arg-type]
 
     def _head(self, q: deque[Request]) -> Request:

@@ -95,26 +95,14 @@ class PrefillFirst(BatchPolicy):
         pool = self.pool
         if self.decoding is None and pool is not None and pool.size and lean[4]:
             # (schedule_running and make_plan: the pool's members decode, then each other
-            # running request computes what it misses, within a budget it cannot reach;
-            # tally of those others in the same pass)
+            # running request computes what it misses, within a budget it cannot reach)
             p = pool.size
             scheduled = pool.entries.copy()
-            rest = []
-            kv, prefill, decode, left = pool.kv, 0, p, pool.first_finish()
-            for r in self.running[p:]:
-                c = r.num_computed_tokens
-                out = r.num_output_tokens
-                n = (r.prompt_len or 1) + out - c
-                rest.append((r, n))
-                kv += c
-                if n == 1 and out > 0:  # (its last known token: a decode)
-                    decode += 1
-                else:
-                    prefill += n
-                if r.output_len - out < left:
-                    left = r.output_len - out
+            rest = [(r, (r.prompt_len or 1) + r.num_output_tokens - r.num_computed_tokens)
+                    for r in self.running[p:]]
             scheduled += rest
             self._decodes = None
+            kv, prefill, decode, left = tally(rest, pool.kv, 0, p, pool.first_finish())
             plan = StepPlan(len(scheduled), kv, prefill, decode, scheduled,
                             partial(pool_contexts, pool, scheduled))
             self._left = (plan, left)

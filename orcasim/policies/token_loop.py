@@ -26,7 +26,7 @@ from orcasim.backlog import Backlog
 from orcasim.metrics.recorder import Recorder
 from orcasim.plan import StepPlan
 from orcasim.policies.common import BatchPolicy
-from orcasim.policies.pooled import PooledPlans, pool_contexts
+from orcasim.policies.pooled import PooledPlans, pool_contexts, tally
 from orcasim.policies.queues import KeyedQueue
 from orcasim.policies.runs import TokenRuns
 from orcasim.source import OpenLoopSource
@@ -139,20 +139,7 @@ class TokenRunLoop:
             return policy.planned(policy.make_plan(scheduled))  # type: ignore[no-any-return]
         policy._decodes = None  # (PooledPlans.make_plan from the notes: p entries decode)
         rest = scheduled[p:]
-        prefill, decode = 0, p
-        for req, n in rest:  # (pooled.tally, inline)
-            c = req.num_computed_tokens
-            kv += c
-            out = req.num_output_tokens
-            known = (req.prompt_len or 1) + out
-            if n == 1 and out > 0 and c == known - 1:
-                decode += 1
-            else:
-                prefill += n
-                if c + n < known:
-                    left = 0
-            if req.output_len - out < left:
-                left = req.output_len - out
+        kv, prefill, decode, left = tally(rest, kv, 0, p, left)
         plan = StepPlan(len(scheduled), kv, prefill, decode, scheduled,
                         partial(pool_contexts, pool, scheduled))
         policy._left = (plan, left)
