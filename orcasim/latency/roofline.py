@@ -218,17 +218,18 @@ class RooflineLatency(LatencyModel):
             return step_time
         name = self.type_name
 
-        def memory_bound(x: int) -> bool:
-            """Whether the memory time exceeds the compute time at ``x`` by far more than
-            rounding could change (both are linear in ``x``: true at both ends of a range of
-            steps, it is true at every step between)."""
-            return (weights + kvb * x) / br > (f0 + apf * x) / tp / fr * (1.0 + 1e-9)
+        margin = 1.0 + 1e-9
 
         def decode_ends(t: float, busy: float, kv: int, steps: int, limit: float,
                         out: list[float]) -> tuple[float, float]:
             append = out.append
             stop = kv + b * (steps + 1)
-            if not comm and memory_bound(kv + b) and memory_bound(stop - b):
+            # memory-bound at both ends of the run (x = kv + b and stop - b): the memory time
+            # exceeds the compute time by far more than rounding could change (both are
+            # linear in x: true at both ends, it is true at every step between)
+            x0, x1 = kv + b, stop - b
+            if (not comm and (weights + kvb * x0) / br > (f0 + apf * x0) / tp / fr * margin
+                    and (weights + kvb * x1) / br > (f0 + apf * x1) / tp / fr * margin):
                 # every step's max(compute, memory) is its memory time: the same sums as below
                 # without the compute time
                 for x in range(kv + b, stop, b):

@@ -197,7 +197,8 @@ class Scheduling(PolicyState):
                     continue  # its last token is already in flight
                 known = num_prompt + req.num_output_tokens  # req.num_tokens
                 n = known + placeholders - computed
-                if n == 1 and computed < last_slot and (len(tables[req.id]) * bs > computed
+                if n == 1 and computed < last_slot and (computed % bs
+                                                         or len(tables[req.id]) * bs > computed
                                                          or append_block(req)):
                     # the lazy decode path: its slot is in a block it holds, or starts a
                     # block that it took (what allocate_slots would do); only a block of
@@ -241,7 +242,8 @@ class Scheduling(PolicyState):
                     continue
                 known = seq.num_prompt + req.num_output_tokens  # req.num_tokens
                 n = known + placeholders - computed
-                if n == 1 and computed < last_slot and (len(tables[rid]) * bs > computed
+                if n == 1 and computed < last_slot and (computed % bs
+                                                         or len(tables[rid]) * bs > computed
                                                          or append_block(req)):
                     m = computed + 1 if computed < known else known  # the lazy decode path
                     if caching and m // bs > num_cached.get(rid, 0):
@@ -305,7 +307,7 @@ class Scheduling(PolicyState):
         append = entries.append
         fit = self._fit_fcfs
         preempted: list[Request] = []
-        num_tokens = num_emits = num_decode = 0
+        num_tokens = num_emits = num_decode = num_lazy = 0
         for req in running:
             if budget <= 0:
                 break
@@ -313,19 +315,20 @@ class Scheduling(PolicyState):
             num_prompt = req.prompt_len or 1  # seq.num_prompt
             known = num_prompt + req.num_output_tokens  # req.num_tokens
             n = known - computed
-            if n == 1 and computed < last_slot and (len(tables[req.id]) * bs > computed
-                                                     or append_block(req)):
-                # the lazy decode path: its slot is in a block it holds, or starts a block
-                # that it took (what allocate_slots would do); only a block of known tokens
-                # just filled is cached. It computes its last known token: it samples.
+            if n == 1 and computed < last_slot and (
+                    computed % bs or len(tables[req.id]) * bs > computed or append_block(req)):
+                # the lazy decode path: its slot is in a block it holds (inside a block: the
+                # one of its last computed token), or starts a block that it took (what
+                # allocate_slots would do); only a block of known tokens just filled is
+                # cached (its earlier full blocks were at their own steps). It computes its
+                # last known token: it samples (one token, one emit: counted at the end).
                 computed += 1
-                if caching and computed // bs > num_cached.get(req.id, 0):
+                if caching and not computed % bs and computed // bs > num_cached.get(req.id, 0):
                     kv.cache_blocks(req, computed)
                 budget -= 1
                 append([req, 1, computed - 1, KIND_RUNNING, True])
                 req.num_computed_tokens = computed
-                num_tokens += 1
-                num_emits += 1
+                num_lazy += 1
                 if computed > num_prompt:
                     num_decode += 1
                 continue
@@ -346,5 +349,5 @@ class Scheduling(PolicyState):
                 num_emits += 1
             if n == 1 and computed >= num_prompt:
                 num_decode += 1
-        return self._admit_fcfs(budget, threshold, entries, preempted, num_tokens, num_emits,
-                                num_decode)
+        return self._admit_fcfs(budget, threshold, entries, preempted, num_tokens + num_lazy,
+                                num_emits + num_lazy, num_decode)
