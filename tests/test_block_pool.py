@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -156,3 +157,38 @@ def test_block_content_keys():
     c.hash_ids, c.hash_block_size = [11, 12, 13], 16
     assert block_content(c, 8, 1) == (("h", 11, 8, 16),)
     assert block_content(c, 8, 4) == (("h", 13, 0, 4), ("o", 3, 36, 40))
+
+
+def test_cache_blocks_and_append_n_are_their_single_block_calls_in_turn():
+    """BlockPool.cache_blocks (a run of a table's blocks) and FreeBlockQueue.append_n equal
+    cache_block and append of each block in turn: the same cache, order, queue, version."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        one, many = BlockPool(12, 2), BlockPool(12, 2)
+        taken = int(rng.integers(1, 11))
+        a, b = one.get_new_blocks(taken), many.get_new_blocks(taken)
+        hashes = [int(h) for h in rng.integers(0, 4, taken)]  # repeats: content cached twice
+        start = int(rng.integers(0, taken))
+        end = int(rng.integers(start, taken + 1))
+        for i in range(start, end):
+            one.cache_block(a[i], hashes[i])
+        many.cache_blocks(b, hashes, start, end)
+        assert one.version == many.version
+        assert {h: ids(d.values()) for h, d in one.cached.items()} == \
+            {h: ids(d.values()) for h, d in many.cached.items()}
+        assert list(one.cached) == list(many.cached)
+        k = int(rng.integers(0, taken + 1))
+        for blk in a[:k]:
+            blk.ref_cnt = 0
+            one.free_queue.append(blk)
+        for blk in b[:k]:
+            blk.ref_cnt = 0
+        many.free_queue.append_n(b[:k])
+        assert ids(one.free_queue) == ids(many.free_queue)
+        assert len(one.free_queue) == len(many.free_queue)
+        one.check()
+        many.check()
+    pool = BlockPool(4, 2)
+    (blk,) = pool.get_new_blocks(1)
+    with pytest.raises(ValueError, match="already has a hash"):
+        pool.cache_blocks([blk, blk], [1, 2], 0, 2)

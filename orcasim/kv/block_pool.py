@@ -116,6 +116,18 @@ class FreeBlockQueue:
         self._tail.prev_free = block
         self.num_free_blocks += 1
 
+    def append_n(self, blocks: list[Block]) -> None:
+        """Put ``blocks`` at the tail in their order (as :meth:`append` of each in turn)."""
+        tail = self._tail
+        last = tail.prev_free
+        for b in blocks:
+            last.next_free = b  # type: ignore[union-attr]
+            b.prev_free = last
+            last = b
+        last.next_free = tail  # type: ignore[union-attr]
+        tail.prev_free = last
+        self.num_free_blocks += len(blocks)
+
     def prepend_n(self, blocks: list[Block]) -> None:
         """Put ``blocks`` at the head, in their order (``blocks[0]`` is evicted first)."""
         if not blocks:
@@ -240,6 +252,26 @@ class BlockPool:
         self.version += 1
         block.block_hash = block_hash
         self.cached.setdefault(block_hash, {})[block.block_id] = block
+
+    def cache_blocks(self, blocks: list[Block], block_hashes: list[Hashable], start: int,
+                     end: int) -> None:
+        """:meth:`cache_block` of ``blocks[i]`` with ``block_hashes[i]`` for each ``i`` from
+        ``start`` to ``end`` in turn (a request's blocks filled since the last call)."""
+        if not self.enable_caching or start >= end:
+            return
+        self.version += end - start
+        cached = self.cached
+        for i in range(start, end):
+            block = blocks[i]
+            if block.block_hash is not None:
+                raise ValueError(f"{block!r} already has a hash")
+            h = block_hashes[i]
+            block.block_hash = h
+            found = cached.get(h)
+            if found is None:
+                cached[h] = {block.block_id: block}
+            else:
+                found[block.block_id] = block
 
     def touch(self, blocks: Iterable[Block]) -> None:
         """Take a reference on blocks found in the cache (reviving free ones)."""

@@ -88,8 +88,8 @@ class ReuseFirstBlockPool(BlockPool):
             prev.next_free = first
             first.prev_free = prev  # type: ignore[union-attr]
             queue.num_free_blocks += num_plain
-            for b in cached:
-                queue.append(b)
+            if cached:
+                queue.append_n(cached)
 
     def free_table(self, table: list[Block]) -> None:
         """:meth:`free_blocks` of ``reversed(table)`` for a table that holds its blocks alone
@@ -382,10 +382,7 @@ class KVCacheManager:
         end = min(num_tokens // bs, len(hashes))
         if start >= end:
             return
-        table = self.tables[rid]
-        cache = self.pool.cache_block
-        for i in range(start, end):
-            cache(table[i], hashes[i])
+        self.pool.cache_blocks(self.tables[rid], hashes, start, end)
         self.num_cached[rid] = end
 
     def free(self, req: Any) -> None:
