@@ -167,7 +167,7 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_caching = enable_caching
-        self.blocks = [Block(i) for i in range(num_blocks)]
+        self.blocks = list(map(Block, range(num_blocks)))  # (no comprehension frame)
         self.free_queue = FreeBlockQueue(self.blocks)
         self.null_block: Block | None = self.free_queue.popleft() if null_block else None
         # content hash -> {block id: block}; lookups return the first cached.

@@ -37,7 +37,10 @@ def unique_block_id(req_id: int, index: int) -> int:
 def is_unique(content: tuple[Hashable, ...]) -> bool:
     """Whether a :func:`block_content` key holds tokens no other request has: a run of the
     request's own prompt tokens, or of its own generated ones (``shared_output`` off)."""
-    return any(run[0] == "u" or (run[0] == "o" and len(run) == 4) for run in content)
+    for run in content:  # noqa: SIM110 (a loop: any() of a generator costs a frame per call)
+        if run[0] == "u" or (run[0] == "o" and len(run) == 4):
+            return True
+    return False
 
 
 def _own_or_content(parent: int, req: Any, index: int,
