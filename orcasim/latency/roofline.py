@@ -219,6 +219,7 @@ class RooflineLatency(LatencyModel):
         name = self.type_name
 
         margin = 1.0 + 1e-9
+        growing = kvb >= 0.0 and br > 0.0  # a decode step's memory time grows with its KV
 
         def decode_ends(t: float, busy: float, kv: int, steps: int, limit: float,
                         out: list[float]) -> tuple[float, float]:
@@ -228,15 +229,15 @@ class RooflineLatency(LatencyModel):
             # exceeds the compute time by far more than rounding could change (both are
             # linear in x: true at both ends, it is true at every step between)
             x0, x1 = kv + b, stop - b
-            if (not comm and (weights + kvb * x0) / br > (f0 + apf * x0) / tp / fr * margin
-                    and (weights + kvb * x1) / br > (f0 + apf * x1) / tp / fr * margin):
+            if (not comm and growing
+                    and (weights + kvb * x0) / br > (f0 + apf * x0) / tp / fr * margin
+                    and (weights + kvb * x1) / br > (f0 + apf * x1) / tp / fr * margin
+                    and (weights + kvb * x0) / br + fixed > 0.0):
                 # every step's max(compute, memory) is its memory time: the same sums as below
-                # without the compute time
-                for x in range(kv + b, stop, b):
+                # without the compute time; it grows with x, so the first step's is the least
+                # and every step's is > 0 (else the loop below says which is not)
+                for x in range(x0, stop, b):
                     d = (weights + kvb * x) / br + fixed
-                    if not d > 0.0:
-                        raise SimulationError(f"latency model {name!r} returned a step time "
-                                              f"of {d!r} s; it must be > 0")
                     t += d
                     busy += d
                     append(t)
