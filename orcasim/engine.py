@@ -112,6 +112,8 @@ class Engine(RunTiming):
         self._ends: dict[int, DecodeEnds | None] = {}  # the latency model's decode_ends
         if hasattr(policy, "plans_by_aggregates"):  # all-decode plans may leave out the list
             policy.plans_by_aggregates = latency.decode_by_aggregates
+            if hasattr(policy, "prefill_plans_by_aggregates"):  # and those with one prompt
+                policy.prefill_plans_by_aggregates = latency.prefill_by_aggregates
         if (self.fast_paths and policy._runs and not policy.event_driven
                 and self._runs_allowed() and not ctx.waiting
                 and (type(ctx.waiting) is deque or getattr(ctx.waiting, "takes_releases", False))):

@@ -82,6 +82,33 @@ def test_roofline_decode_ends_is_the_loop_over_decode_step(kw):
             assert got == want
 
 
+@pytest.mark.parametrize("kw", [
+    {"model": "llama-2-7b", "gpu": "a100-80gb"},
+    {"model": "mixtral-8x7b", "gpu": "h100-sxm", "tp": 2},
+    {"compute_efficiency": 0.001},
+])
+def test_roofline_times_decodes_and_one_prompt_from_their_sizes_bit_for_bit(kw):
+    """prefill_by_aggregates: one-token decodes and one more sequence that computes one
+    token or a prompt from an empty context take as long as the plan of their sizes."""
+    m = roofline(**kw)
+    assert m.prefill_by_aggregates and m.decode_by_aggregates
+    rng = np.random.default_rng(9)
+    for _ in range(300):
+        size = int(rng.integers(0, 64))
+        contexts = [int(c) for c in rng.integers(1, 8000, size)]
+        n = int(rng.integers(1, 4000))
+        start = 0 if n > 1 else int(rng.integers(0, 8000))
+        decode_last = n == 1 and rng.integers(2) == 1  # the last one decodes too
+        reqs = [Request(i, 0.0, 10, 10) for i in range(size + 1)]
+        listed = StepPlan(size + 1, sum(contexts) + start, 0 if decode_last else n,
+                          size + (1 if decode_last else 0),
+                          [(r, 1) for r in reqs[:size]] + [(reqs[size], n)], [*contexts, start])
+        listed.num_singles = size
+        sizes = StepPlan(size + 1, sum(contexts) + start, 0 if decode_last else n,
+                         size + (1 if decode_last else 0))
+        assert m.step_time(listed) == m.step_time(sizes), (size, n, start)
+
+
 def test_roofline_subclass_that_counts_differently_gets_no_decode_step():
     class Slower(RooflineLatency):
         def step_time(self, plan: StepPlan) -> float:

@@ -223,6 +223,19 @@ def test_steps_of_the_group_alone_are_planned_by_their_sizes_with_roofline():
         m.env.run()
         steps.append(m.recorder.steps)
     assert steps[0] == steps[1] and len(steps[0]) > 1000
+    # the group's steps with one prompt admitted from its start are planned by sizes too
+    m = build_model(cfg, arrays)
+    mixed = []
+    step_time = m.engine.latency.step_time
+
+    def counted(plan, step_time=step_time, mixed=mixed, policy=m.engine.policy):
+        if plan.scheduled is None and policy._current.entries:
+            mixed.append(plan.num_prefill_tokens)
+        return step_time(plan)
+
+    m.engine.latency.step_time = counted
+    m.env.run()
+    assert len(mixed) > 50 and min(mixed) > 1
     # a latency model that reads the listed requests always gets them
     over = {"workload.num_requests": 20, **BASE, "policy": V1,
             "engine.latency": {"type": "constant", "step_time": 0.01}}

@@ -43,6 +43,9 @@ class LatencyModel:
     #: an all-decode plan that lists its requests takes exactly as long as the plan of its
     #: aggregates (sequences, KV tokens): the engine may then run such steps as a run
     decode_by_aggregates: ClassVar[bool] = False
+    #: with ``decode_by_aggregates``, so does a plan of one-token decodes and one more
+    #: sequence that computes one token or starts from an empty context (a fresh prompt)
+    prefill_by_aggregates: ClassVar[bool] = False
 
     def __init__(self, params: ComponentParams) -> None:
         self.params = params

@@ -159,6 +159,7 @@ class RooflineLatency(LatencyModel):
 
     Params = RooflineParams
     decode_by_aggregates = True  # one-token requests: n * c + 1 pairs each, kv + B in all
+    prefill_by_aggregates = True  # and one prompt of P tokens from nothing: P (P + 1) / 2
 
     def __init__(self, params: RooflineParams) -> None:
         super().__init__(params)

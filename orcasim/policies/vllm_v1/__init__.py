@@ -228,8 +228,11 @@ class VllmV1(VllmRuns, LazyDecode, Scheduling, Admission, Output, TokenPolicy):
     # -- the waiting queue (ctx.waiting, kept in the policy's order) ------------------
 
     def batch_labels(self, plan: StepPlan) -> tuple[str | None, ...]:
-        if plan.scheduled is None:  # a step of the decode group alone: its members
-            return tuple(r.label for r in self._group.members[:plan.num_seqs])
+        if plan.scheduled is None:  # a step of the decode group: its members, then the rest
+            out = self._current
+            rest = out.entries if out is not None and out.plan is plan else ()
+            return (tuple(r.label for r in self._group.members[:plan.num_seqs - len(rest)])
+                    + tuple(e[0].label for e in rest))
         return super().batch_labels(plan)
 
     def running_requests(self) -> Iterator[Request]:

@@ -26,6 +26,10 @@ class Output(PolicyState):
     #: requests and contexts (set by the engine when its latency model times an all-decode
     #: step from them: the same time either way)
     plans_by_aggregates: bool = False
+    #: with ``plans_by_aggregates``, so is the plan of the group's step with one more request
+    #: that computes one token or a prompt from its start (set by the engine when its latency
+    #: model times that step from its sizes too)
+    prefill_plans_by_aggregates: bool = False
     #: every plan carries only its sizes (requests, KV tokens, prefill and decode tokens), no
     #: list of requests and contexts: for a run whose latency model and recorder read nothing
     #: else (a step-clock trace, :func:`~orcasim.steptrace.run_trace`)
@@ -150,10 +154,19 @@ class Output(PolicyState):
         n = out.num_group
         if n:  # the decode group's members come first: (member, 1), base + count before
             g = self._group
-            if not entries and self.plans_by_aggregates:  # the group's step: only its sizes
-                plan = StepPlan(n, sum(g.bases[:n]) + n * out.group_at, 0, n)
-                out.plan = plan
-                return plan
+            if self.plans_by_aggregates:
+                if not entries:  # the group's step: only its sizes
+                    plan = StepPlan(n, sum(g.bases[:n]) + n * out.group_at, 0, n)
+                    out.plan = plan
+                    return plan
+                if (len(entries) == 1 and self.prefill_plans_by_aggregates
+                        and (entries[0][2] == 0 or entries[0][1] == 1)):
+                    # and one request with one token or a prompt from its start
+                    decode = out.num_decode
+                    plan = StepPlan(n + 1, sum(g.bases[:n]) + n * out.group_at + entries[0][2],
+                                    out.num_tokens - decode, decode)
+                    out.plan = plan
+                    return plan
             pairs = g.pairs[:n]
             contexts = list(map(add, g.bases[:n], repeat(out.group_at, n)))
             if entries:
