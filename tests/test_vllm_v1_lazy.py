@@ -108,12 +108,13 @@ def test_decode_group_buckets_members_by_block_phase_and_pops_finishers_in_order
         req.num_output_tokens = 1
         g.join(req, seq, c, 100)
     assert [s.base for s in seqs] == [5, 8, 6]
+    assert g.total == sum(g.bases) == 19  # kept as members come and go
     assert g.at(0) == [reqs[1]]  # 8 computed: its next slot starts a block
     assert g.at(2) == [reqs[2]]  # 6 + 2
     assert g.first_last() == 2  # reqs 0 and 2: their last outputs come after 2 more tokens
     g.count = 2
     assert g.pop_finished() == [reqs[0], reqs[2]]
-    assert g.members == [reqs[1]] and g.bases == [8]
+    assert g.members == [reqs[1]] and g.bases == [8] and g.total == 8
     assert sum(map(len, g.buckets)) == 1
 
 

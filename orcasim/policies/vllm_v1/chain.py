@@ -72,7 +72,7 @@ class ChainedRuns(PolicyState):
         # the members' last counts, least first, taken from a copy of the group's heap as
         # far as the engine asks (the listed requests are not members yet: negative keys)
         items = g.heap[:]
-        total = sum(g.bases)
+        total = g.total  # (sum(g.bases))
         for i, r in enumerate(listed):
             base = r.num_computed_tokens - count
             total += base

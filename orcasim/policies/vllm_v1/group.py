@@ -44,6 +44,7 @@ class DecodeGroup:
         "members",
         "out",
         "pairs",
+        "total",
     )
 
     def __init__(self, block_size: int) -> None:
@@ -54,6 +55,7 @@ class DecodeGroup:
         self.buckets: list[list[Request]] = [[] for _ in range(block_size)]
         self.heap: list[tuple[int, int, Request]] = []  # (last count, join order, request)
         self.count = 0
+        self.total = 0  # the members' bases summed (their computed tokens: total + size * count)
         self.last_end = 0.0
         self.out: Any = None  # the in-flight step the group scheduled (None: none)
         self._next = 0
@@ -68,6 +70,7 @@ class DecodeGroup:
         seq.base = base
         self.members.append(req)
         self.bases.append(base)
+        self.total += base
         self.pairs.append((req, 1))
         self.buckets[base % self.block_size].append(req)
         # it samples its last token in the step whose output brings the count to ``last``
@@ -116,6 +119,7 @@ class DecodeGroup:
         for req in done:
             i = members.index(req)
             buckets[bases[i] % bs].remove(req)
+            self.total -= bases[i]
             del members[i], bases[i], self.pairs[i]
         return done
 
@@ -123,6 +127,7 @@ class DecodeGroup:
         """Forget every member (their counters were written back)."""
         self.members = []
         self.bases = []
+        self.total = 0
         self.pairs = []
         self.buckets = [[] for _ in range(self.block_size)]
         self.heap = []

@@ -155,16 +155,17 @@ class Output(PolicyState):
         if n:  # the decode group's members come first: (member, 1), base + count before
             g = self._group
             if self.plans_by_aggregates:
+                # the members' KV tokens (every member, as it is when the group plans)
+                kv = (g.total if n == len(g.bases) else sum(g.bases[:n])) + n * out.group_at
                 if not entries:  # the group's step: only its sizes
-                    plan = StepPlan(n, sum(g.bases[:n]) + n * out.group_at, 0, n)
+                    plan = StepPlan(n, kv, 0, n)
                     out.plan = plan
                     return plan
                 if (len(entries) == 1 and self.prefill_plans_by_aggregates
                         and (entries[0][2] == 0 or entries[0][1] == 1)):
                     # and one request with one token or a prompt from its start
                     decode = out.num_decode
-                    plan = StepPlan(n + 1, sum(g.bases[:n]) + n * out.group_at + entries[0][2],
-                                    out.num_tokens - decode, decode)
+                    plan = StepPlan(n + 1, kv + entries[0][2], out.num_tokens - decode, decode)
                     out.plan = plan
                     return plan
             pairs = g.pairs[:n]
