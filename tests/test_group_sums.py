@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from orcasim.metrics import group_sums as gs
-from orcasim.metrics.series import merge_rows
+from orcasim.metrics.series import BinnedSeries, merge_rows, rebin
 
 
 def _rows(rng: np.random.Generator, n: int, width: int) -> np.ndarray:
@@ -66,3 +66,58 @@ def test_a_numpy_that_sums_otherwise_takes_reduceat(monkeypatch):
     a = _rows(rng, 64, 4)
     starts = np.arange(0, 64, 8)
     np.testing.assert_array_equal(gs.group_sums(a, starts), np.add.reduceat(a, starts, axis=0))
+
+
+def _reference_merge(agg: dict, width: int, first: int) -> dict:
+    """Rows merged into bins of ``width`` steps with ``numpy.add.reduceat`` field by field."""
+    start = np.concatenate([[0.0], np.cumsum(agg["num_steps"])[:-1]]) + first
+    group = (start // width).astype(np.int64)
+    starts = np.flatnonzero(np.diff(group, prepend=-1))
+    ends = np.concatenate([starts[1:], [len(group)]]) - 1
+    return {f: a[starts] if f == "t_start" else a[ends] if f == "t_end"
+            else np.add.reduceat(a, starts) for f, a in agg.items()}
+
+
+class ReduceatTail(BinnedSeries):
+    """The series merging its last rows with the new steps by concatenation and reduceat."""
+
+    def add_columns(self, t0, t1, columns):
+        dt = t1 - t0
+        raw = {"t_start": t0, "t_end": t1, "num_steps": np.ones_like(t0), "busy": dt}
+        for v, col in zip(self.values, columns, strict=True):
+            raw[f"{v}_dt"] = col * dt
+        old = self._agg
+        n = len(old["num_steps"])
+        done = int(old["num_steps"].sum())
+        if n and self.width > 1 and (done + len(t0) - 1) // self.width < self.capacity:
+            keep = n if done % self.width == 0 else n - 1
+            first = done - int(old["num_steps"][keep:].sum())
+            tail = {f: np.concatenate([old[f][keep:], raw[f]]) for f in self._fields}
+            tail = _reference_merge(tail, self.width, first)
+            self._agg = {f: np.concatenate([old[f][:keep], tail[f]]) for f in self._fields}
+            return
+        agg = {f: np.concatenate([old[f], raw[f]]) for f in self._fields}
+        self._agg, self.width = rebin(agg, self.width, self.capacity)
+
+
+@pytest.mark.parametrize("capacity,blocks", [
+    (4096, [4096] * 8),  # the memory series' blocks: bins of 2, 4 and 8 steps
+    (16, [3, 16, 5, 1, 16, 16, 7, 30, 2, 100, 1, 1] * 6),  # bins left partial between blocks
+    (64, [64] * 70),  # wide bins: reduceat itself
+])
+def test_the_new_bins_alone_are_the_merge_by_reduceat(capacity, blocks):
+    rng = np.random.default_rng(11)
+    values = ("a", "b", "c", "d", "e", "f", "g")
+    quick, ref = BinnedSeries(values, capacity), ReduceatTail(values, capacity)
+    t = 0.0
+    for size in blocks:
+        t1 = t + np.cumsum(rng.exponential(0.01, size))
+        t0 = np.concatenate([[t], t1[:-1]])
+        cols = [rng.integers(0, 10**6, size).astype(float) for _ in values]
+        quick.add_columns(t0, t1, cols)
+        ref.add_columns(t0, t1, cols)
+        t = t1[-1]
+        assert quick.width == ref.width
+        for f, a in ref._agg.items():
+            np.testing.assert_array_equal(quick._agg[f], a, err_msg=f)
+    assert quick.width > 2
