@@ -23,7 +23,7 @@ BUFFER = 4096
 _BUFFER = BUFFER
 #: a run's row of whole numbers: its length, the tokens of its first step and their growth
 #: per step, its padding and swapped slots, and whether free memory was stranded (0 or 1)
-#: (its start is kept apart: whole numbers pack to int64 at a third of the cost of floats)
+#: (its start is kept apart: whole numbers packed as int64 cost a half to a third of doubles)
 _RUN_FIELDS = 6
 
 
