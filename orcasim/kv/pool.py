@@ -335,7 +335,8 @@ class KVPool:
         t1 += ends
         series._alloc += allocated
         series._int += internal
-        series._runs.extend((t_start, len(ends), num_tokens, size, self.alloc.padding_slots,
+        series._t0.append(t_start)
+        series._runs.extend((len(ends), num_tokens, size, self.alloc.padding_slots,
                              self.num_swap_blocks_used * self.block_size, blocked))
         if len(t1) >= KV_BUFFER:
             series.flush(whole=True)

@@ -21,9 +21,10 @@ VALUES = ("tokens", "allocated", "internal", "padding", "free", "stranded", "swa
 #: raw steps held before they are binned (whole blocks of this many at a time)
 BUFFER = 4096
 _BUFFER = BUFFER
-#: a run's row: its start, its length, the tokens of its first step and their growth per
-#: step, its padding and swapped slots, and whether free memory was stranded (0 or 1)
-_RUN_FIELDS = 7
+#: a run's row of whole numbers: its length, the tokens of its first step and their growth
+#: per step, its padding and swapped slots, and whether free memory was stranded (0 or 1)
+#: (its start is kept apart: whole numbers packed as int64 cost a half to a third of doubles)
+_RUN_FIELDS = 6
 
 
 def float_array(values: list[float], code: str = "d") -> np.ndarray:
@@ -50,13 +51,15 @@ class KVSeries(BinnedSeries):
         #: slots of the whole pool (free = total - allocated)
         self.total = total
         # raw steps not yet binned: per step its end, allocated and internal slots; per run
-        # of steps (a single step is a run of one) a row of _RUN_FIELDS, one after another
-        # in one list (integers below 2**53 are exact in float64). Lists, not arrays: a run
-        # extends them without converting each value (numpy converts a block at a flush)
+        # of steps (a single step is a run of one) its start, and a row of _RUN_FIELDS, one
+        # after another in one list (integers below 2**53 are exact in float64). Lists, not
+        # arrays: a run extends them without converting each value (numpy converts a block
+        # at a flush)
         self._t1: list[float] = []
         self._alloc: list[int] = []
         self._int: list[int] = []
-        self._runs: list[float] = []
+        self._t0: list[float] = []
+        self._runs: list[int] = []
 
     def __len__(self) -> int:
         """Raw steps not yet binned."""
@@ -69,7 +72,8 @@ class KVSeries(BinnedSeries):
         t1.append(t_end)
         self._alloc.append(allocated)
         self._int.append(internal)
-        self._runs.extend((t_start, 1, tokens, 0, padding, swapped, blocked))  # a run of one
+        self._t0.append(t_start)
+        self._runs.extend((1, tokens, 0, padding, swapped, blocked))  # a run of one
         if len(t1) >= _BUFFER:
             self.flush(whole=True)
 
@@ -82,7 +86,8 @@ class KVSeries(BinnedSeries):
         t1 += ends
         self._alloc += allocated
         self._int += internal
-        self._runs.extend((t_start, len(ends), tokens, size, padding, swapped, blocked))
+        self._t0.append(t_start)
+        self._runs.extend((len(ends), tokens, size, padding, swapped, blocked))
         if len(t1) >= _BUFFER:
             self.flush(whole=True)
 
@@ -100,24 +105,26 @@ class KVSeries(BinnedSeries):
         t1 = float_array(self._t1)
         alloc = float_array(self._alloc, "q")
         internal = float_array(self._int, "q")
-        runs = float_array(self._runs).reshape(-1, _RUN_FIELDS)
-        k, first, t0 = expand_runs(t1, runs[:, 1], runs[:, 0])
-        tok0, size, pad, swap, blk = (np.repeat(runs[:, i], k) for i in range(2, 7))
+        starts = float_array(self._t0)
+        runs = float_array(self._runs, "q").reshape(-1, _RUN_FIELDS)
+        k, first, t0 = expand_runs(t1, runs[:, 0], starts)
+        tok0, size, pad, swap, blk = (np.repeat(runs[:, i], k) for i in range(1, 6))
         since = np.arange(m) - np.repeat(first, k)  # steps since the run's first
         tok = tok0 + size * since  # exact: integers in float64
         if n < m:  # the steps from n on stay raw; the run they start in is cut there
             r = int(np.searchsorted(first, n, side="right")) - 1
             rest = runs[r:].copy()
-            rest[0, 0] = t0[n]
-            rest[0, 1] -= n - int(first[r])  # the steps of run r before n
-            rest[0, 2] = tok[n]
-            tails = (t1[n:].tolist(), self._alloc[n:], self._int[n:])
-        for c in (self._t1, self._alloc, self._int, self._runs):
+            rest[0, 0] -= n - int(first[r])  # the steps of run r before n
+            rest[0, 1] = tok[n]
+            rest_starts = starts[r:].copy()
+            rest_starts[0] = t0[n]
+            tails = (t1[n:].tolist(), self._alloc[n:], self._int[n:], rest_starts.tolist())
+        for c in (self._t1, self._alloc, self._int, self._t0, self._runs):
             del c[:]
         if n < m:
-            for c, tail in zip((self._t1, self._alloc, self._int), tails, strict=True):
+            for c, tail in zip((self._t1, self._alloc, self._int, self._t0), tails, strict=True):
                 c.extend(tail)
-            self._runs += rest.ravel().tolist()
+            self._runs += rest.astype(np.int64).ravel().tolist()  # (whole numbers)
         free = self.total - alloc[:n]
         stranded = np.where(blk[:n] > 0, free, 0.0)
         self.add_columns(t0[:n], t1[:n], [tok[:n], alloc[:n], internal[:n], pad[:n], free,

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from orcasim.metrics.group_sums import group_sums
+
 
 def expand_runs(t1: np.ndarray, run_len: object, run_start: object
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -50,25 +52,57 @@ class BinnedSeries:
 
     def add_columns(self, t0: np.ndarray, t1: np.ndarray, columns: list[np.ndarray]) -> None:
         """Append raw steps: their start and end times and one column per value, in order."""
-        dt = t1 - t0
-        raw = {"t_start": t0, "t_end": t1, "num_steps": np.ones_like(t0), "busy": dt}
-        for v, col in zip(self.values, columns, strict=True):
-            raw[f"{v}_dt"] = col * dt
         old = self._agg
         n = len(old["num_steps"])
         width = self.width
         done = int(old["num_steps"].sum())  # steps in the rows so far
         if n and width > 1 and (done + len(t0) - 1) // width < self.capacity:
-            # the width stays, so only a partial last row can take in new steps: merge the
-            # rows from it on (the same sums, over the same rows, as rebin over them all)
-            keep = n if done % width == 0 else n - 1
-            first = done - int(old["num_steps"][keep:].sum())
-            tail = {f: np.concatenate([old[f][keep:], raw[f]]) for f in self._fields}
-            tail = merge_rows(tail, width, first)
-            self._agg = {f: np.concatenate([old[f][:keep], tail[f]]) for f in self._fields}
+            self._merge_tail(t0, t1, columns, done)
             return
+        dt = t1 - t0
+        raw = {"t_start": t0, "t_end": t1, "num_steps": np.ones_like(t0), "busy": dt}
+        for v, col in zip(self.values, columns, strict=True):
+            raw[f"{v}_dt"] = col * dt
         agg = {f: np.concatenate([old[f], raw[f]]) for f in self._fields}
         self._agg, self.width = rebin(agg, width, self.capacity)
+
+    def _merge_tail(self, t0: np.ndarray, t1: np.ndarray, columns: list[np.ndarray],
+                    done: int) -> None:
+        """:meth:`add_columns` while the width stays: only a partial last row can take in new
+        steps, so the rows from it on merge (the same sums, over the same rows, as
+        :func:`rebin` over them all). The new steps' bins are known from ``done`` (steps so
+        far): the partial row's takes the first ones, then every ``width`` steps start one."""
+        old = self._agg
+        width = self.width
+        m = len(t0)
+        if not m:
+            return
+        part = done % width  # steps in the last row, when it is partial
+        p = 1 if part else 0
+        keep = len(old["num_steps"]) - p
+        summed = self._fields[2:]  # (t_start, t_end first)
+        # the summed fields of the partial row and the new steps, side by side
+        rows = np.empty((p + m, len(summed)))
+        if p:
+            rows[0] = [old[f][-1] for f in summed]
+        rows[p:, 0] = 1.0
+        dt = np.subtract(t1, t0, out=rows[p:, 1])
+        for j, col in enumerate(columns, 2):
+            np.multiply(col, dt, out=rows[p:, j])
+        # bin starts among those rows; the partial row's bin takes width - part new steps
+        starts = np.arange(p + (width - part) % width, p + m, width)
+        if p:
+            starts = np.concatenate([[0], starts])
+        sums = group_sums(rows, starts)
+        raw_starts = starts - p  # where each new bin's first new step is (-1: the partial row)
+        raw_ends = np.append(starts[1:], p + m) - 1 - p
+        t_start = t0[raw_starts]
+        if p:
+            t_start[0] = old["t_start"][-1]
+        new = {"t_start": t_start, "t_end": t1[raw_ends]}
+        for j, f in enumerate(summed):
+            new[f] = sums[:, j]
+        self._agg = {f: np.concatenate([old[f][:keep], new[f]]) for f in self._fields}
 
     def totals(self) -> dict[str, float]:
         """Sums over the run: ``num_steps``, ``busy`` seconds and each ``<value>_dt`` integral."""
@@ -122,7 +156,7 @@ def rebin(
     while True:
         steps = agg["num_steps"]
         first = np.concatenate([[0.0], np.cumsum(steps)[:-1]])
-        group = (first // width).astype(np.int64)
+        group = first.astype(np.int64) // width  # (whole numbers of steps)
         if len(group) and group[-1] + 1 <= capacity:
             break
         if not len(group):
@@ -138,11 +172,15 @@ def merge_rows(agg: dict[str, np.ndarray], width: int, first: int,
     if group is None:
         steps = agg["num_steps"]
         start = np.concatenate([[0.0], np.cumsum(steps)[:-1]]) + first
-        group = (start // width).astype(np.int64)
+        group = start.astype(np.int64) // width
     starts = np.flatnonzero(np.diff(group, prepend=-1))
     if len(starts) == len(group):
         return agg
     ends = np.concatenate([starts[1:], [len(group)]]) - 1
+    summed = [f for f in agg if f not in ("t_start", "t_end")]
+    # the summed fields side by side: one pass over the bins for all of them (group_sums:
+    # reduceat's floats)
+    sums = group_sums(np.stack([agg[f] for f in summed], axis=1), starts)
     out: dict[str, np.ndarray] = {}
     for f, a in agg.items():
         if f == "t_start":
@@ -150,5 +188,5 @@ def merge_rows(agg: dict[str, np.ndarray], width: int, first: int,
         elif f == "t_end":
             out[f] = a[ends]
         else:
-            out[f] = np.add.reduceat(a, starts)
+            out[f] = sums[:, summed.index(f)].copy()
     return out

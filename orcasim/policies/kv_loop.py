@@ -115,9 +115,10 @@ class KVDecodeLoop(KVLoopCheck, KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
         internal = alloc._internal
         series = kv.series
         # the memory series' raw lists, extended in place (KVSeries.add_run); none: scratch
-        kv_t1, alloc_col, int_col, run_col = ((series._t1, series._alloc, series._int,
-                                               series._runs) if series is not None
-                                              else ([], [], [], []))
+        kv_t1, alloc_col, int_col, t0_col, run_col = (
+            (series._t1, series._alloc, series._int, series._t0, series._runs)
+            if series is not None else ([], [], [], [], []))
+        run_t0 = t0_col.append
         alloc_add = alloc_col.append
         kv_room = KV_BUFFER - len(kv_t1)  # steps until the series' buffer is full
         kv_bs = kv.block_size
@@ -288,7 +289,8 @@ class KVDecodeLoop(KVLoopCheck, KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
                 if peak > kv.peak_allocated:
                     kv.peak_allocated = peak
                 kv_t1 += ends
-                run_col.extend((now, steps, kv_tokens, size, pad, swapped, policy._blocked))
+                run_t0(now)
+                run_col.extend((steps, kv_tokens, size, pad, swapped, policy._blocked))
                 kv_room -= steps
                 if kv_room <= 0:
                     series.flush(whole=True)
