@@ -54,6 +54,8 @@ class TokenMemory:
         self.swap_secs = 0.0
         #: a request waited for memory while planning this step (free memory was stranded)
         self.blocked = False
+        #: the waiting request the latest :meth:`admit` refused (None after one it admits)
+        self.refused: Request | None = None
 
     def misfit(self, req: Request) -> str | None:
         """Why ``req`` could never finish in this pool, or None."""
@@ -69,8 +71,11 @@ class TokenMemory:
     def admit(self, req: Request, num_tokens: int, others_running: bool) -> bool:
         """Memory for a waiting ``req`` to compute up to ``num_tokens`` tokens; False if short."""
         ok: bool = self.kv.try_allocate(req, num_tokens, self.keep_free if others_running else 0)
-        if not ok:
+        if ok:
+            self.refused = None
+        else:
             self.blocked = True
+            self.refused = req
         return ok
 
     def swap_out(self, req: Request) -> bool:
