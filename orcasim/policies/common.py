@@ -197,7 +197,8 @@ class BatchPolicy(PooledPlans, TokenPolicy):
         decoding = self.decoding
         pool = self.pool
         if decoding is not None:  # right after a run: every running request decodes
-            if decoding[0] is self.running and decoding[1] == len(self.running) <= budget:
+            if decoding[0] is self.running and decoding[1] == len(self.running) <= budget and (
+                    mem is None or mem.grow_after_run()):  # (the blocks they need, if free)
                 if self._fifo and pool is not None:  # the pool's members, in that order
                     scheduled = pool.entries.copy()
                 else:

@@ -143,8 +143,13 @@ class MemoryRuns:
         return left
 
     def complete_run(self, plan: StepPlan, ends: list[float]) -> None:
-        """The run's memory (each boundary's blocks and each step's row), then
-        :meth:`~orcasim.policies.pooled.PooledPlans.complete_run` (the steps' tokens)."""
+        """``plan``, then ``len(ends) - 1`` decode steps of the same batch, ending at ``ends``.
+
+        :meth:`~orcasim.policies.runs.TokenRuns.complete_run`'s token effects, in the
+        same pass each running request's blocks taken at the run's boundaries; then each
+        step's memory row, and the last step's finishers leave. The requests that need a
+        block at the next boundary are noted for it (:meth:`TokenMemory.grow_after_run`).
+        """
         policy = self.policy
         kv = self.kv
         alloc = self.alloc
@@ -152,22 +157,31 @@ class MemoryRuns:
         noted, stranded = self.noted
         if noted is not plan:  # (not offered after this plan: no later step strands memory)
             stranded = False
+        ctx = policy.ctx
         k = len(ends)
-        last = k - 1  # boundaries in the run
-        tokens = plan.num_kv_tokens + plan.num_tokens
-        size = plan.num_seqs
-        if self.paged and last:
-            bs = self.bs
-            held = alloc.held
-            final = alloc._internal
-            grow = [0] * k  # blocks taken at each boundary
-            tails = [0] * k  # internal slots that appear at each boundary
-            for req, n in plan.scheduled or ():
+        last = more = k - 1  # the run's boundaries; tokens each computes after the first step
+        prev_end = ctx.last_step_end
+        t1, t_end = ends[0], ends[-1]
+        before_last = ends[-2] if k > 1 else prev_end
+        record_itl = ctx.recorder.record_itl
+        paged = self.paged
+        bs = self.bs
+        held = alloc.held if paged else {}
+        final = alloc._internal if paged else {}
+        grow = [0] * k  # blocks taken at each boundary
+        tails = [0] * k  # internal slots that appear at each boundary
+        needy = []  # the requests that take a block at the next boundary
+        bulk = tokens = 0
+        left = 1 << 62
+        finished = []
+        for req, n in plan.scheduled or ():
+            c = req.num_computed_tokens + n  # after the first step
+            if paged:
                 rid = req.id
                 h = held[rid]
-                j = h * bs - req.num_computed_tokens - n + 1
+                j = h * bs - c + 1  # its first boundary with a block to take
                 if j <= last:
-                    for s in range(j, last + 1, bs):
+                    for s in range(j, k, bs):
                         grow[s] += 1
                         h += 1
                     held[rid] = h
@@ -176,32 +190,59 @@ class MemoryRuns:
                     if tail >= 0:  # its final block (PagedAllocator._note_final)
                         final[rid] = tail
                         tails[s] += tail
-            used = alloc.allocated_slots
-            internal = alloc.internal_slots
-            allocated_rows = [used]
-            internal_rows = [internal]
-            for s in range(1, k):
-                used += grow[s] * bs
-                internal += tails[s]
-                allocated_rows.append(used)
-                internal_rows.append(internal)
-        else:  # nobody grows (or a step alone)
-            allocated_rows = [alloc.allocated_slots] * k
-            internal_rows = [alloc.internal_slots] * k
-            used, internal = allocated_rows[0], internal_rows[0]
+            out = req.num_output_tokens
+            if out == 0:
+                req.first_token = t1
+            elif req.last_token == prev_end:
+                bulk += 1
+            else:
+                record_itl(t1 - req.last_token)  # type: ignore[operator]
+            out += k
+            rest = req.output_len - out
+            if rest > 0:
+                req.num_computed_tokens = c = c + more
+                req.num_output_tokens = out
+                req.last_token = t_end
+                tokens += c
+                if paged and h * bs <= c:  # its next token needs a block
+                    needy.append(req)
+                if rest < left:
+                    left = rest
+            else:  # it finishes in the last step: leave it as that step finds it
+                req.num_computed_tokens = c + more - 1
+                req.num_output_tokens = out - 1
+                req.last_token = before_last
+                finished.append(req)
+        plan.num_itl_tokens = bulk
+        used = alloc.allocated_slots
+        internal = alloc.internal_slots
+        allocated_rows = [used]
+        internal_rows = [internal]
+        for s in range(1, k):
+            used += grow[s] * bs
+            internal += tails[s]
+            allocated_rows.append(used)
+            internal_rows.append(internal)
+        first = plan.num_kv_tokens + plan.num_tokens
+        size = plan.num_seqs
         blocked = mem.blocked
         if stranded == blocked:
-            kv.observe_run(self.t0, ends, tokens, size, allocated_rows, internal_rows, blocked,
+            kv.observe_run(self.t0, ends, first, size, allocated_rows, internal_rows, blocked,
                            True)
         else:  # the first step's row as it was planned, then the later steps'
-            kv.observe(self.t0, ends[0], tokens, blocked)
+            kv.observe(self.t0, ends[0], first, blocked)
             if last:
-                kv.observe_run(ends[0], ends[1:], tokens + size, size, allocated_rows[1:],
+                kv.observe_run(ends[0], ends[1:], first + size, size, allocated_rows[1:],
                                internal_rows[1:], stranded, True)
         if used > kv.peak_allocated:  # (as the boundaries' allocations note it)
             kv.peak_allocated = used
-        if self.paged and last:
-            alloc.num_free_blocks = alloc.layout.num_blocks - used // self.bs
+        if paged and last:
+            alloc.num_free_blocks = alloc.layout.num_blocks - used // bs
             alloc.internal_slots = internal
-        PooledPlans.complete_run(policy, plan, ends)
-        policy.decoding = None  # the next boundary grows the requests' memory: the full pass
+        if finished:
+            if k > 1 and len(finished) > 1:
+                finished = policy.last_step_order(finished)
+            policy.finish_run(finished, t_end)
+        running = policy.running
+        mem.needy = needy
+        policy.decoding = (running, len(running), tokens, left)
