@@ -118,3 +118,29 @@ def test_a_run_ends_before_a_boundary_the_free_blocks_do_not_cover(monkeypatch):
     assert_identical(slow, fast)
     assert len(seen) > 100
     assert any(free < 16 for _, free in seen)  # runs were offered with few blocks free
+
+
+@pytest.mark.parametrize("name", ["fcfs", "srpt-true-lengths", "prefill-first"])
+def test_the_pool_at_each_boundary_after_a_run_is_the_step_by_step_one(monkeypatch, name):
+    """At every boundary the engine plans (a run's end included) the free blocks, each
+    request's blocks, internal fragmentation and peak are those step by step."""
+    from orcasim.engine import Engine
+    from orcasim.policies.common import BatchPolicy
+
+    seen: dict[bool, dict[float, tuple]] = {False: {}, True: {}}
+    plan = BatchPolicy.next_step
+
+    def spy(self):
+        kv = self.ctx.kv
+        alloc = kv.alloc
+        seen[Engine.fast_paths].setdefault(self.ctx.env.now, (
+            alloc.num_free_blocks, sorted(alloc.held.items()), alloc.internal_slots,
+            sorted(alloc._internal.items()), kv.peak_allocated))
+        return (yield from plan(self))
+
+    monkeypatch.setattr(BatchPolicy, "next_step", spy)
+    slow, fast = run_both(scenario(name, "tight", 30.0), n=300, variant=None)
+    assert_identical(slow, fast)
+    assert len(seen[True]) < len(seen[False]) * 0.6  # runs skipped most boundaries
+    for t, state in seen[True].items():
+        assert seen[False][t] == state, t

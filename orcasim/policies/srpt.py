@@ -113,7 +113,7 @@ class SRPT(SJF):
         """:meth:`KeyedPolicy.decode_entries`, at once right after a run with the true
         lengths (then :meth:`order` keeps its order, and the entries kept with it hold)."""
         kept = self._kept_entries
-        if kept is None:  # (this class's order and entries, as defined, without memory)
+        if kept is None:  # (this class's order and entries, as defined)
             kept = self._kept_entries = (
                 self._exact and type(self).order is PLAIN[0]
                 and KeyedPolicy.decode_entries is PLAIN[1]
