@@ -54,6 +54,9 @@ class MemoryRuns:
         self.bs: int = kv.block_size
         #: the step rule's tokens per step at most (see TokenRuns.decode_budget)
         self.budget: int = policy.decode_budget()
+        #: whether :meth:`head_later` may decide: the plain step rule and admission, a paged
+        #: pool (and, asked each time, no preemption for a waiting request)
+        self.head_rule = False
         self.t0 = 0.0  # the start of the run's first step
         #: the plan decode_run offered a run after, and whether its later steps strand memory
         self.noted: tuple[StepPlan | None, bool] = (None, False)
@@ -69,7 +72,15 @@ class MemoryRuns:
                 and kind.steps_left is PooledPlans.steps_left
                 and not policy.event_driven
                 and type(policy.mem.kv.alloc) in (PagedAllocator, ReservationAllocator)):
+            from orcasim.policies.common import BatchPolicy
+            from orcasim.policies.keyed import KeyedPolicy
+
             runs = MemoryRuns(policy)
+            runs.head_rule = (runs.paged and kind.schedule is BatchPolicy.schedule
+                              and kind.schedule_running is BatchPolicy.schedule_running
+                              and kind.has_room is TokenRuns.has_room
+                              and kind.admit_waiting in (BatchPolicy.admit_waiting,
+                                                         KeyedPolicy.admit_waiting))
             policy.decode_run = runs.decode_run
             policy.complete_run = runs.complete_run
         else:
@@ -92,11 +103,15 @@ class MemoryRuns:
         room = policy.has_room()
         stranded = False
         if waiting:
-            if room:  # the head must be the request refused memory last at this boundary
+            if room:  # the head must be refused memory (or not tried) at every later boundary
                 refused = mem.refused
-                if not mem.blocked or refused is None or waiting[0] is not refused:
-                    return None
-                stranded = True
+                if mem.blocked and refused is not None and waiting[0] is refused:
+                    stranded = True  # (the request refused memory last at this boundary)
+                else:
+                    later = self.head_later(plan, waiting)
+                    if later is None:
+                        return None
+                    stranded = later
                 # behind it in a first-come-first-served queue, an arrival waits as well
                 room = policy.preemptive or type(waiting) not in (Backlog, deque)
             elif policy.preemptive and plan.num_tokens >= self.budget:
@@ -112,6 +127,47 @@ class MemoryRuns:
         self.noted = (plan, stranded)
         return (size, plan.num_kv_tokens + plan.num_tokens, left,
                 room or (policy.preemptive and policy.arrival_may_preempt()))
+
+    def head_later(self, plan: StepPlan, waiting: Any) -> bool | None:
+        """At the boundaries after ``plan`` (every running request decoding, nobody joining
+        or leaving), whether the queue's head is refused memory at each (True), tried at
+        none (False), or might be admitted at the first (None: no run).
+
+        Only for the plain step rule of a policy that does not preempt, in a paged pool:
+        there each later boundary leaves the head the same budget (the running requests
+        take one token each) and fewer free blocks, so the first decides for all.
+        """
+        policy = self.policy
+        if not self.head_rule or policy.preemptive:  # (a policy sets it after binding)
+            return None
+        budget = policy._budget - plan.num_seqs
+        if budget <= 0:
+            return False  # (admit_waiting looks at nobody)
+        head = waiting[0]
+        need = head.num_tokens - head.num_computed_tokens
+        if need > budget:
+            if not policy.chunked:
+                return False  # head-of-line: it waits for a step with room
+            need = budget
+        mem = self.mem
+        alloc = self.alloc
+        if (head.first_scheduled is None and mem.misfit(head) is not None) or (
+                head.id in alloc.held):
+            return None  # (it would be rejected)
+        c = head.num_computed_tokens + need
+        want = -(-(c if c > 0 else 1) // self.bs) + mem.keep_free  # (allocate_tokens)
+        free = alloc.num_free_blocks
+        if want > free:
+            return True
+        if want <= free - plan.num_seqs:
+            return None
+        bs = self.bs
+        held = alloc.held
+        taken = 0  # blocks taken at the first later boundary
+        for r, n in plan.scheduled or ():
+            if held[r.id] * bs == r.num_computed_tokens + n:
+                taken += 1
+        return True if want > free - taken else None
 
     def covered(self, plan: StepPlan, left: int) -> int:
         """How many steps from ``plan`` on (``left`` at most) the free blocks carry: a run
