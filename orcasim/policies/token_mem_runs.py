@@ -13,12 +13,14 @@ whole length:
   preempt for memory; the run ends before the first boundary that might;
 - nobody is swapped out (a swap-in would be tried at every boundary);
 - nobody waits, or the batch has no room (as without memory), or the head of
-  the queue was the last request refused memory at the run's first boundary:
-  memory only shrinks while nobody leaves and the head asks for at least as
-  many tokens at later boundaries (the budget left by a step in which every
-  running request decodes is the largest), so it is refused at each of them,
-  and ``stranded`` is recorded for each. With a first-come-first-served queue
-  arrivals queue behind it; with another order an arrival ends the run.
+  the queue is refused memory (or not looked at) at every later boundary:
+  so it is if it was the last request refused memory at the run's first
+  boundary (memory only shrinks while nobody leaves, and the head asks for
+  at least as many tokens later: the budget left by a step in which every
+  running request decodes is the largest); a head that boundary did not try
+  is tried as the next boundary would try it (:meth:`MemoryRuns.head_later`).
+  Its steps record the free memory as stranded. With a first-come-first-served
+  queue arrivals queue behind it; with another order an arrival ends the run.
 
 At the run's end :meth:`MemoryRuns.complete_run` gives each running request
 the blocks it takes at the run's boundaries, with the allocator's free count
