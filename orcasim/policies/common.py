@@ -16,9 +16,7 @@
 
 Without chunked prefill a prompt larger than the whole budget can never be
 scheduled; it is rejected with reason ``prompt_too_long`` (vLLM does the same).
-
-:class:`~orcasim.policies.keyed.KeyedPolicy` serves and runs requests by a
-key on top of it.
+:class:`~orcasim.policies.keyed.KeyedPolicy` serves and runs requests by a key on top of it.
 """
 
 from __future__ import annotations
@@ -39,6 +37,7 @@ from orcasim.policies.base import PolicyParams, TokenPolicy, slots_field
 from orcasim.policies.decode_pool import DecodePool
 from orcasim.policies.pooled import PooledPlans
 from orcasim.policies.runs import TokenRuns
+from orcasim.policies.token_mem_runs import MemoryRuns
 from orcasim.request import Request, RequestState
 from orcasim.sched.token_memory import TokenMemory
 
@@ -90,8 +89,10 @@ class BatchPolicy(PooledPlans, TokenPolicy):
         self._left: tuple[StepPlan | None, int] = (None, 0)  # make_plan's steps_left
         #: schedule_running's list whose first entries decode: (list, entries, KV, steps left)
         self._decodes: tuple[list[tuple[Request, int]], int, int, int] | None = None
-        if self.mem is not None or not self._runs:  # step by step: spare the engine the ask
+        if not self._runs:  # step by step: spare the engine the ask
             self.decode_run = None  # type: ignore[assignment]
+        elif self.mem is not None:  # runs whose memory is settled, where they apply
+            MemoryRuns.bind(self)
         if self.mem is not None or cls.next_step is not BatchPolicy.next_step:
             self.ready_plan = None  # type: ignore[assignment]
         #: whether running requests get tokens in admission order (then the pool's members,
@@ -196,7 +197,8 @@ class BatchPolicy(PooledPlans, TokenPolicy):
         decoding = self.decoding
         pool = self.pool
         if decoding is not None:  # right after a run: every running request decodes
-            if decoding[0] is self.running and decoding[1] == len(self.running) <= budget:
+            if decoding[0] is self.running and decoding[1] == len(self.running) <= budget and (
+                    mem is None or mem.grow_after_run()):  # (the blocks they need, if free)
                 if self._fifo and pool is not None:  # the pool's members, in that order
                     scheduled = pool.entries.copy()
                 else:
@@ -388,10 +390,8 @@ ONE = repeat(1)
 
 
 def unschedule(scheduled: list[tuple[Request, int]], req: Request) -> int:
-    """Remove ``req`` from ``scheduled``; return the tokens it had (0 if absent).
-
-    Looks from the end: a victim (the last in its policy's order) is scheduled late, and a
-    request is scheduled once."""
+    """Remove ``req`` from ``scheduled``; return the tokens it had (0 if absent). Looks from
+    the end: a victim (the last in its policy's order) is scheduled late, and only once."""
     for i in range(len(scheduled) - 1, -1, -1):
         r, n = scheduled[i]
         if r is req:

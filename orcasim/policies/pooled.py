@@ -34,14 +34,11 @@ class PooledPlans:
     _pooled: tuple[StepPlan | None, int, list[tuple[Request, int]]]
 
     def make_plan(self, scheduled: list[tuple[Request, int]]) -> StepPlan:
-        """:meth:`TokenPolicy.make_plan`, noting in the same pass :meth:`steps_left` (for runs,
-        which a memory limit rules out).
+        """:meth:`TokenPolicy.make_plan`, noting in the same pass :meth:`steps_left` (for runs).
 
         The pool's members, all scheduled or none, count by its aggregates; the
         plan's contexts are listed only if a latency model reads them.
         """
-        if self.mem is not None:
-            return TokenPolicy.make_plan(self, scheduled)  # type: ignore[arg-type]
         kv = prefill = decode = m = 0
         left = 1 << 62
         hint = self._decodes

@@ -99,7 +99,7 @@ class SRPT(SJF):
         the same whole number and none reached 0 (a request finishes at its
         length), so nothing needs sorting.
         """
-        if reqs is not self.running or self.mem is not None:
+        if reqs is not self.running:
             return sorted(reqs, key=self.rank)
         ordered = self._ordered
         decoding = self.decoding
@@ -113,9 +113,9 @@ class SRPT(SJF):
         """:meth:`KeyedPolicy.decode_entries`, at once right after a run with the true
         lengths (then :meth:`order` keeps its order, and the entries kept with it hold)."""
         kept = self._kept_entries
-        if kept is None:  # (this class's order and entries, as defined, without memory)
+        if kept is None:  # (this class's order and entries, as defined)
             kept = self._kept_entries = (
-                self._exact and self.mem is None and type(self).order is PLAIN[0]
+                self._exact and type(self).order is PLAIN[0]
                 and KeyedPolicy.decode_entries is PLAIN[1]
                 and type(self).order_running is BatchPolicy.order_running)
         ordered, entries, running = self._ordered, self._entries, self.running

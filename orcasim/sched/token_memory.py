@@ -54,6 +54,11 @@ class TokenMemory:
         self.swap_secs = 0.0
         #: a request waited for memory while planning this step (free memory was stranded)
         self.blocked = False
+        #: the waiting request the latest :meth:`admit` refused (None after one it admits)
+        self.refused: Request | None = None
+        #: after a run of decode steps, the running requests that need a block at the next
+        #: boundary (:class:`~orcasim.policies.token_mem_runs.MemoryRuns`)
+        self.needy: list[Request] = []
 
     def misfit(self, req: Request) -> str | None:
         """Why ``req`` could never finish in this pool, or None."""
@@ -69,9 +74,27 @@ class TokenMemory:
     def admit(self, req: Request, num_tokens: int, others_running: bool) -> bool:
         """Memory for a waiting ``req`` to compute up to ``num_tokens`` tokens; False if short."""
         ok: bool = self.kv.try_allocate(req, num_tokens, self.keep_free if others_running else 0)
-        if not ok:
+        if ok:
+            self.refused = None
+        else:
             self.blocked = True
+            self.refused = req
         return ok
+
+    def grow_after_run(self) -> bool:
+        """Right after a run, before the batch changed: give each running request that needs
+        one a block for its next token, if the free blocks cover them all (then the order
+        in which they take them changes nothing); False, changing nothing, if not."""
+        needy = self.needy
+        if not needy:
+            return True
+        self.needy = []
+        kv = self.kv
+        if len(needy) > kv.alloc.num_free_blocks:
+            return False
+        for req in needy:
+            kv.try_allocate(req, req.num_computed_tokens + 1)
+        return True
 
     def swap_out(self, req: Request) -> bool:
         """Move ``req``'s blocks to the swap space (True), or False when it is full."""
