@@ -134,9 +134,8 @@ class PooledPlans:
                 req.last_token = before_last
                 finished.append(req)
         plan.num_itl_tokens = bulk
-        done = pool.advance(k, t_end)  # the members that finish (up to date)
-        if joining:
-            pool.join_all(joining)
+        # the members that finish (up to date), and the steps until the next one does
+        done, left = pool.end_run(k, t_end, joining)
         running = self.running
         if len(finished) + len(done) == 1:  # one finishes: as finish_run, with no order to find
             if finished:
@@ -161,7 +160,7 @@ class PooledPlans:
             else:  # the order of the plan
                 finished.sort(key=list(map(itemgetter(0), plan.scheduled or ())).index)
             self.finish_run(finished, t_end)  # type: ignore[attr-defined]
-        self.decoding = (running, len(running), pool.kv, pool.first_finish())
+        self.decoding = (running, len(running), pool.kv, left)  # (finishing leaves the pool be)
 
 def plain_contexts(scheduled: list[tuple[Request, int]]) -> list[int]:
     """The computed tokens of ``scheduled``'s requests."""

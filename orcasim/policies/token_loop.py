@@ -29,10 +29,13 @@ from orcasim.policies.common import BatchPolicy
 from orcasim.policies.pooled import PooledPlans, pool_contexts, tally
 from orcasim.policies.queues import KeyedQueue
 from orcasim.policies.runs import TokenRuns
+from orcasim.request import RequestState
 from orcasim.source import OpenLoopSource
 
 if TYPE_CHECKING:
     from orcasim.engine import Engine
+
+RUNNING = RequestState.RUNNING
 
 
 #: the plain step rule's methods, as defined (a policy, or a test, that replaces one of them
@@ -71,6 +74,15 @@ class TokenRunLoop:
         self.policy.ready_plan = self.ready_plan
         #: the policy's plan right after a run, made here (see _after_run), or None
         self._fused = self._after_run if self._plain_rule(self.policy) else None
+        #: the backlog when the policy admits from it by :func:`admit_from_backlog` with
+        #: nothing to call per admission (then _after_run admits its new rows inline), or None
+        policy, waiting = self.policy, self.ctx.waiting
+        kind = type(policy)
+        self._lean: Backlog | None = waiting if (
+            type(waiting) is Backlog and policy.mem is None and not policy.preemptive
+            and policy.lean_backlog and kind.admitted is BatchPolicy.admitted
+            and getattr(policy.admit_waiting, "__func__", None) is BatchPolicy.admit_waiting
+        ) else None
         #: whether the policy's ``planned`` hook does something (else _after_run skips it);
         #: asked of the bound method (reading the policy's __dict__ would make every later
         #: attribute of the policy slower to read)
@@ -131,15 +143,61 @@ class TokenRunLoop:
         scheduled = pool.entries.copy() if policy._fifo else policy.decode_entries()
         policy.decoding = None
         kv, left = decoding[2], decoding[3]
-        policy._decodes = hint = (scheduled, p, kv, left)
-        policy.admit_waiting(scheduled, budget - p)
-        if policy._decodes is not hint:  # (a preemption changed the batch)
-            if not scheduled:
-                return None  # (as ready_plan: the engine's next_step schedules again)
-            return policy.planned(policy.make_plan(scheduled))  # type: ignore[no-any-return]
-        policy._decodes = None  # (PooledPlans.make_plan from the notes: p entries decode)
-        rest = scheduled[p:]
-        kv, prefill, decode, left = tally(rest, kv, 0, p, left)
+        ctx = self.ctx
+        lean = self._lean
+        slots = ctx.slots
+        if (lean is not None and ctx.waiting is lean and not lean._head and not slots.reserved
+                and ctx.on_admit is None and ctx._admitted is None):
+            # admit_from_backlog on new rows only, with ctx.admit and tally for each inline
+            policy._decodes = None
+            rest: list[tuple[Any, int]] = []
+            budget -= p
+            prefill = 0
+            i, hi = lean._lo, lean._hi
+            count, cap = slots.count, slots.capacity
+            if budget > 0 and count < cap and i < hi:
+                make, prompt, arrival = src._request, src._prompt, src._arrival
+                busy_until = ctx.busy_until
+                start = now if busy_until <= now else busy_until
+                chunked = policy.chunked
+                k = i
+                while True:
+                    known = prompt[k] or 1
+                    need = known if known <= budget else budget if chunked else 0
+                    req = make(k, arrival[k])
+                    k += 1
+                    if not need:  # head-of-line: it waits, a request at the queue's head
+                        lean._head.append(req)
+                        break
+                    req.state = RUNNING
+                    req.first_scheduled = start
+                    running.append(req)
+                    entry = (req, need)
+                    scheduled.append(entry)
+                    rest.append(entry)
+                    budget -= need
+                    prefill += need
+                    if need < known:
+                        left = 0
+                    if req.output_len < left:
+                        left = req.output_len
+                    count += 1
+                    if not (budget > 0 and count < cap and k < hi):
+                        break
+                lean._lo = k
+                ctx.num_started += len(rest)
+                slots.count = count
+            decode = p
+        else:
+            policy._decodes = hint = (scheduled, p, kv, left)
+            policy.admit_waiting(scheduled, budget - p)
+            if policy._decodes is not hint:  # (a preemption changed the batch)
+                if not scheduled:
+                    return None  # (as ready_plan: the engine's next_step schedules again)
+                return policy.planned(policy.make_plan(scheduled))  # type: ignore[no-any-return]
+            policy._decodes = None  # (PooledPlans.make_plan from the notes: p entries decode)
+            rest = scheduled[p:]
+            kv, prefill, decode, left = tally(rest, kv, 0, p, left)
         plan = StepPlan(len(scheduled), kv, prefill, decode, scheduled,
                         partial(pool_contexts, pool, scheduled))
         policy._left = (plan, left)
