@@ -90,14 +90,13 @@ class PooledPlans:
         k = len(ends)
         prev_end = ctx.last_step_end
         t1, t_end = ends[0], ends[-1]
-        before_last = ends[-2] if k > 1 else prev_end
-        record_itl = ctx.recorder.record_itl
         bulk = 0
         own = True  # whether the loop below records the others' inter-token gaps
         if m:
             if pool.last == prev_end:
                 bulk = m
             else:  # every member's gap is the same (their last tokens came with the pool's)
+                record_itl = ctx.recorder.record_itl
                 gap = t1 - pool.last  # type: ignore[operator]
                 for r, _ in rest:  # (any other request with a gap of its own?)
                     if r.num_output_tokens and r.last_token != prev_end:
@@ -121,7 +120,7 @@ class PooledPlans:
             elif req.last_token == prev_end:
                 bulk += 1
             elif own:
-                record_itl(t1 - req.last_token)  # type: ignore[operator]
+                ctx.recorder.record_itl(t1 - req.last_token)  # type: ignore[operator]
             out += k
             if out < req.output_len:
                 req.num_computed_tokens += n + more
@@ -131,7 +130,7 @@ class PooledPlans:
             else:  # it finishes in the last step: leave it as that step finds it
                 req.num_computed_tokens += n + more - 1
                 req.num_output_tokens = out - 1
-                req.last_token = before_last
+                req.last_token = ends[-2] if k > 1 else prev_end
                 finished.append(req)
         plan.num_itl_tokens = bulk
         # the members that finish (up to date), and the steps until the next one does
@@ -148,8 +147,9 @@ class PooledPlans:
             running.remove(req)
             if self.mem is not None or type(self).release is not TokenPolicy.release:
                 self.release(req)  # type: ignore[attr-defined]  # (else: nothing to free)
-            ctx.finish_all([req], t_end)
+            ctx.finish_one(req, t_end)
         elif finished or done:
+            before_last = ends[-2] if k > 1 else prev_end
             for req in done:  # as the last step finds them
                 req.num_computed_tokens -= 1
                 req.num_output_tokens -= 1
