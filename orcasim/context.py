@@ -239,8 +239,14 @@ class SchedulerContext:
         A request admitted while a step is in flight starts when that step
         ends (its ``first_scheduled`` time).
         """
-        if req.state != RUNNING:
-            self.slots.admit(req)
+        if req.state != RUNNING:  # (SlotPool.admit: a reserved slot, or a free one)
+            slots = self.slots
+            if slots.reserved:
+                slots.reserved -= 1
+            elif slots.count < slots.capacity:
+                slots.count += 1
+            else:
+                slots.admit(req)  # (raises: every slot is taken)
         req.state = RUNNING
         if req.first_scheduled is None:
             now = self.env._now
