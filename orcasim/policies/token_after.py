@@ -15,7 +15,7 @@ from typing import Any
 from orcasim.backlog import Backlog
 from orcasim.plan import StepPlan
 from orcasim.policies.pooled import pool_contexts
-from orcasim.request import RequestState
+from orcasim.request import Request, RequestState
 
 RUNNING = RequestState.RUNNING
 
@@ -71,6 +71,7 @@ class AfterRun:
             count, cap = slots.count, slots.capacity
             if budget > 0 and count < cap and i < hi:
                 make, prompt, arrival = src._request, src._prompt, src._arrival
+                output = None if src._attrs else src._output  # (else: make sets the attributes)
                 busy_until = ctx.busy_until
                 start = now if busy_until <= now else busy_until
                 chunked = policy.chunked
@@ -78,7 +79,8 @@ class AfterRun:
                 while True:
                     known = prompt[k] or 1
                     need = known if known <= budget else budget if chunked else 0
-                    req = make(k, arrival[k])
+                    req = (make(k, arrival[k]) if output is None  # (OpenLoopSource._request)
+                           else Request(k, arrival[k], prompt[k], output[k]))
                     k += 1
                     if not need:  # head-of-line: it waits, a request at the queue's head
                         lean._head.append(req)
