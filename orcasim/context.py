@@ -36,7 +36,7 @@ import numpy as np
 import simpy
 
 from orcasim.kv.unlimited import UnlimitedKV
-from orcasim.metrics.request_rows import RequestRows
+from orcasim.metrics.request_rows import DONE_BLOCK, RequestRows
 from orcasim.request import FINAL_STATES, Request, RequestState
 from orcasim.sched.slots import SlotPool
 
@@ -239,8 +239,14 @@ class SchedulerContext:
         A request admitted while a step is in flight starts when that step
         ends (its ``first_scheduled`` time).
         """
-        if req.state != RUNNING:
-            self.slots.admit(req)
+        if req.state != RUNNING:  # (SlotPool.admit: a reserved slot, or a free one)
+            slots = self.slots
+            if slots.reserved:
+                slots.reserved -= 1
+            elif slots.count < slots.capacity:
+                slots.count += 1
+            else:
+                slots.admit(req)  # (raises: every slot is taken)
         req.state = RUNNING
         if req.first_scheduled is None:
             now = self.env._now
@@ -277,6 +283,26 @@ class SchedulerContext:
 
     def finish(self, req: Request, t: float) -> None:
         """``req`` emitted its last token at ``t``."""
+        self.finish_all((req,), t)
+
+    def finish_one(self, req: Request, t: float) -> None:
+        """:meth:`finish` of ``req``, without a sequence in between when it is running, was
+        scheduled and emitted a first token (a run's finisher) and nobody acts on its end
+        (as :meth:`finish_all` finds)."""
+        slots = self.slots
+        rec = self.recorder
+        if (req.state == RUNNING and self.on_end is None and not slots._getters
+                and slots._freed is None and req.first_token is not None
+                and req.first_scheduled is not None and "record_request" not in rec.__dict__
+                and type(rec).record_request is RequestRows.record_request):
+            slots.count -= 1
+            req.state = FINISHED
+            req.finish = req.last_token = t
+            done = rec._done  # (RequestRows.record_finished)
+            done.append(req)
+            if len(done) >= DONE_BLOCK:
+                rec._write_done()
+            return
         self.finish_all((req,), t)
 
     def finish_all(self, reqs: Sequence[Request], t: float) -> None:

@@ -72,6 +72,51 @@ def test_pool_members_listed_in_their_entries_order_as_they_join_and_leave():
     assert pool.reqs == [] == pool.entries
 
 
+def test_a_run_end_in_one_call_is_advance_then_join_all():
+    """``end_run`` leaves two pools as ``advance``, ``join_all`` and ``first_finish`` do, run
+    after run: finishers (none, one, several), joiners (none, one, several), a stale entry."""
+    import random
+
+    rng = random.Random(7)
+
+    def state(pool: DecodePool, reqs: list[Request]) -> tuple:
+        return (pool.steps, pool.kv, pool.size, pool.last, pool._seq,
+                [reqs.index(r) for r in pool.reqs], [(reqs.index(r), n) for r, n in pool.entries],
+                sorted((d, s, reqs.index(r)) for d, s, r in pool._heap),
+                [(r.num_output_tokens, r.num_computed_tokens, r.last_token) for r in reqs])
+
+    lens = [rng.randint(2, 12) for _ in range(60)]
+    pools = []
+    for _ in range(2):
+        reqs = [decoding(i, 5 + i % 3, 1, n, 0.0) for i, n in enumerate(lens)]
+        pools.append((DecodePool(), reqs))
+    nxt, t = 0, 0.0
+    for _ in range(25):
+        left = pools[0][0].first_finish()
+        k = min(left, rng.randint(1, 4)) if left < 1 << 62 else rng.randint(1, 4)
+        t += k
+        take = rng.choice((0, 1, 1, 3))
+        leave = rng.random() < 0.2
+        got = []
+        for i, (pool, reqs) in enumerate(pools):
+            joining = [decoding(j, 5 + j % 3, 1, lens[j], t) for j in range(nxt, nxt + take)
+                       if j < len(lens)]
+            for r in joining:  # the same objects' places in ``reqs``
+                reqs[r.id] = r
+            if i == 0:
+                done = pool.advance(k, t)
+                pool.join_all(joining)
+                got.append(([r.id for r in done], pool.first_finish()))
+            else:
+                done, first = pool.end_run(k, t, joining)
+                got.append(([r.id for r in done], first))
+            if leave and pool.size > 3:  # a member leaves: its heap entry goes stale
+                pool.leave(pool.reqs[1])
+        assert got[0] == got[1]
+        assert state(*pools[0]) == state(*pools[1])
+        nxt += take
+
+
 def test_a_member_past_its_last_step_is_an_error():
     pool = DecodePool()
     pool.join(decoding(0, 4, 1, 3, 0.0))

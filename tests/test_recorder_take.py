@@ -89,3 +89,43 @@ def test_finished_rows_held_as_a_block_equal_rows_recorded_one_by_one():
             np.testing.assert_array_equal(col, b[name], err_msg=name)
         else:
             assert col == b[name], name
+
+
+def test_one_finisher_without_a_list_as_finish_all_finds():
+    """``SchedulerContext.finish_one`` leaves the slots, the request and the recorded rows as
+    ``finish_all`` of that one request does: a run's finisher (held in a block), a request
+    not running or without a first token, and an end someone acts on (each recorded at
+    once)."""
+    import simpy
+
+    from orcasim.context import SchedulerContext
+    from orcasim.metrics.recorder import Recorder
+    from orcasim.request import Request, RequestState
+
+    def case(kind: str, one: bool) -> tuple:
+        ctx = SchedulerContext(simpy.Environment(), Recorder())
+        ctx.slots.capacity = 4
+        ends: list[int] = []
+        if kind == "on_end":
+            ctx.on_end = lambda r: ends.append(r.id)
+        for i in range(3):
+            r = Request(i, 0.1 * i, 5 + i, 4)
+            r.state = RequestState.RUNNING
+            ctx.slots.count += 1
+            r.first_scheduled, r.first_token = 0.2 * i, 0.3 * i + 1
+            r.num_output_tokens = r.num_computed_tokens = 4
+            if kind == "waiting" and i == 1:
+                r.state = RequestState.WAITING
+                ctx.slots.count -= 1
+            if kind == "no-token" and i == 2:
+                r.first_token = None
+            if one:
+                ctx.finish_one(r, 2.0 + i)
+            else:
+                ctx.finish_all([r], 2.0 + i)
+        cols = ctx.recorder.request_columns()
+        return (ctx.slots.count, ends, {k: (repr(v.tolist()) if isinstance(v, np.ndarray)
+                                            else v) for k, v in cols.items()})
+
+    for kind in ("run", "waiting", "no-token", "on_end"):
+        assert case(kind, True) == case(kind, False), kind

@@ -115,3 +115,32 @@ def test_fair_share_with_one_group(name, rate):
     out = run_three(TOKEN_POLICIES[name], rate, overrides={"workload.classes": None})
     assert_three_identical(out)
     assert list(out["loop"]["counters"]) == [None]
+
+
+@pytest.mark.parametrize("policy", [
+    {"type": "fcfs"},
+    {"type": "fcfs", "token_budget": 300},
+    {"type": "fcfs", "token_budget": 200, "chunked_prefill": False},
+    {"type": "sarathi", "token_budget": 64},
+])
+@pytest.mark.parametrize("classes", [None, CLASSES])
+def test_new_rows_admitted_inline_as_admit_waiting_does(policy, classes, monkeypatch):
+    """``fcfs`` and ``sarathi`` admit a backlog's new rows after a run inline (whole prompts,
+    split ones, a head that waits without chunked prefill, requests with or without
+    per-request attributes): the same as ``admit_waiting`` through the engine's runs and
+    step by step."""
+    inline = []
+    after_run = TokenRunLoop._after_run
+
+    def spy(self):
+        lo = self._lean._lo if self._lean is not None else None
+        plan = after_run(self)
+        if plan is not None and lo is not None and self._lean._lo > lo:
+            inline.append(self._lean._lo - lo)
+        return plan
+
+    monkeypatch.setattr(TokenRunLoop, "_after_run", spy)
+    out = run_three(policy, overrides={"workload.classes": classes})
+    assert_three_identical(out)
+    assert len(inline) > 100
+    assert max(inline) > 1 or policy["type"] == "sarathi"

@@ -105,6 +105,64 @@ class DecodePool:
         heap = self._heap
         return self.due() if heap and heap[0][0] <= self.steps else []
 
+    def end_run(self, k: int, t_end: float, joining: list[Request]) -> tuple[list[Request], int]:
+        """A run's end in one call: :meth:`advance` (``k`` steps, the last ending at
+        ``t_end``), then :meth:`join_all` of ``joining``. Returns the members taken out (up to
+        date, as :meth:`due`) and :meth:`first_finish` after the joins."""
+        steps = self.steps + k
+        self.steps = steps
+        kv = self.kv + self.size * k
+        self.last = t_end
+        heap, base = self._heap, self.members
+        out: list[Request] = []
+        if heap and heap[0][0] <= steps:  # (due)
+            entries, order = self.entries, self.reqs
+            pop = heapq.heappop
+            while heap and heap[0][0] <= steps:
+                done, seq, req = pop(heap)
+                b = base.get(req)
+                if b is None or b[1] != seq:
+                    continue
+                if done != steps:
+                    raise ValueError(f"request {req.label} finished {steps - done} steps ago")
+                del base[req]
+                d = steps - b[0]
+                if d:
+                    req.num_computed_tokens += d
+                    req.num_output_tokens += d
+                    req.last_token = t_end
+                kv -= req.num_computed_tokens
+                at = order.index(req)
+                del order[at]
+                del entries[at]
+                out.append(req)
+            self.size -= len(out)
+        if joining:  # (join_all)
+            seq = self._seq
+            push = heapq.heappush
+            for req in joining:
+                base[req] = (steps, seq)
+                push(heap, (steps + req.output_len - req.num_output_tokens, seq, req))
+                kv += req.num_computed_tokens
+                seq += 1
+            self._seq = seq
+            self.size += len(joining)
+            if len(joining) == 1:
+                req = joining[0]
+                self.entries.append((req, 1))
+                self.reqs.append(req)
+            else:
+                self.entries += zip(joining, repeat(1))
+                self.reqs += joining
+        self.kv = kv
+        while heap:  # (first_finish)
+            done, seq, req = heap[0]
+            b = base.get(req)
+            if b is not None and b[1] == seq:
+                return out, done - steps
+            heapq.heappop(heap)
+        return out, 1 << 62
+
     def context(self, req: Request) -> int:
         """``req``'s computed tokens now (a member or not)."""
         b = self.members.get(req)

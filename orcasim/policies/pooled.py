@@ -87,14 +87,13 @@ class PooledPlans:
         k = len(ends)
         prev_end = ctx.last_step_end
         t1, t_end = ends[0], ends[-1]
-        before_last = ends[-2] if k > 1 else prev_end
-        record_itl = ctx.recorder.record_itl
         bulk = 0
         own = True  # whether the loop below records the others' inter-token gaps
         if m:
             if pool.last == prev_end:
                 bulk = m
             else:  # every member's gap is the same (their last tokens came with the pool's)
+                record_itl = ctx.recorder.record_itl
                 gap = t1 - pool.last  # type: ignore[operator]
                 for r, _ in rest:  # (any other request with a gap of its own?)
                     if r.num_output_tokens and r.last_token != prev_end:
@@ -118,7 +117,7 @@ class PooledPlans:
             elif req.last_token == prev_end:
                 bulk += 1
             elif own:
-                record_itl(t1 - req.last_token)  # type: ignore[operator]
+                ctx.recorder.record_itl(t1 - req.last_token)  # type: ignore[operator]
             out += k
             if out < req.output_len:
                 req.num_computed_tokens += n + more
@@ -128,12 +127,11 @@ class PooledPlans:
             else:  # it finishes in the last step: leave it as that step finds it
                 req.num_computed_tokens += n + more - 1
                 req.num_output_tokens = out - 1
-                req.last_token = before_last
+                req.last_token = ends[-2] if k > 1 else prev_end
                 finished.append(req)
         plan.num_itl_tokens = bulk
-        done = pool.advance(k, t_end)  # the members that finish (up to date)
-        if joining:
-            pool.join_all(joining)
+        # the members that finish (up to date), and the steps until the next one does
+        done, left = pool.end_run(k, t_end, joining)
         running = self.running
         if len(finished) + len(done) == 1:  # one finishes: as finish_run, with no order to find
             if finished:
@@ -146,8 +144,9 @@ class PooledPlans:
             running.remove(req)
             if self.mem is not None or type(self).release is not TokenPolicy.release:
                 self.release(req)  # type: ignore[attr-defined]  # (else: nothing to free)
-            ctx.finish_all([req], t_end)
+            ctx.finish_one(req, t_end)
         elif finished or done:
+            before_last = ends[-2] if k > 1 else prev_end
             for req in done:  # as the last step finds them
                 req.num_computed_tokens -= 1
                 req.num_output_tokens -= 1
@@ -158,7 +157,7 @@ class PooledPlans:
             else:  # the order of the plan
                 finished.sort(key=list(map(itemgetter(0), plan.scheduled or ())).index)
             self.finish_run(finished, t_end)  # type: ignore[attr-defined]
-        self.decoding = (running, len(running), pool.kv, pool.first_finish())
+        self.decoding = (running, len(running), pool.kv, left)  # (finishing leaves the pool be)
 
 def plain_contexts(scheduled: list[tuple[Request, int]]) -> list[int]:
     """The computed tokens of ``scheduled``'s requests."""

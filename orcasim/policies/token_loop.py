@@ -17,7 +17,6 @@ own path, bit for bit.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import simpy
@@ -26,9 +25,10 @@ from orcasim.backlog import Backlog
 from orcasim.metrics.recorder import Recorder
 from orcasim.plan import StepPlan
 from orcasim.policies.common import BatchPolicy
-from orcasim.policies.pooled import PooledPlans, pool_contexts, tally
+from orcasim.policies.pooled import PooledPlans
 from orcasim.policies.queues import KeyedQueue
 from orcasim.policies.runs import TokenRuns
+from orcasim.policies.token_after import AfterRun
 from orcasim.source import OpenLoopSource
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ def plain_after_run(kind: type) -> bool:
     return False
 
 
-class TokenRunLoop:
+class TokenRunLoop(AfterRun):
     """Boundaries of a token-level policy without memory limits, in one frame (see the
     module)."""
 
@@ -71,6 +71,15 @@ class TokenRunLoop:
         self.policy.ready_plan = self.ready_plan
         #: the policy's plan right after a run, made here (see _after_run), or None
         self._fused = self._after_run if self._plain_rule(self.policy) else None
+        #: the backlog when the policy admits from it by :func:`admit_from_backlog` with
+        #: nothing to call per admission (then _after_run admits its new rows inline), or None
+        policy, waiting = self.policy, self.ctx.waiting
+        kind = type(policy)
+        self._lean: Backlog | None = waiting if (
+            type(waiting) is Backlog and policy.mem is None and not policy.preemptive
+            and policy.lean_backlog and kind.admitted is BatchPolicy.admitted
+            and getattr(policy.admit_waiting, "__func__", None) is BatchPolicy.admit_waiting
+        ) else None
         #: whether the policy's ``planned`` hook does something (else _after_run skips it);
         #: asked of the bound method (reading the policy's __dict__ would make every later
         #: attribute of the policy slower to read)
@@ -105,46 +114,6 @@ class TokenRunLoop:
         return (kind.ready_plan is PLAIN_RULE[0] and plain_after_run(kind)
                 and kind.schedule_running is PLAIN_RULE[2] and kind.make_plan is PLAIN_RULE[3]
                 and policy.pool is not None)
-
-    def _after_run(self) -> StepPlan | None:
-        """``BatchPolicy.ready_plan`` at a boundary right after a run, when every running
-        request decodes (the policy's ``decoding`` says so): the arrivals due, the running
-        requests' decode entries, the admissions (``admit_waiting``), and the plan from the
-        run's notes (``PooledPlans.make_plan``), with the same effects. ``None`` (having done
-        no more than take the arrivals due): not such a boundary."""
-        policy = self.policy
-        running = policy.running
-        decoding = policy.decoding
-        if decoding is None or decoding[0] is not running:
-            return None
-        p = decoding[1]
-        budget = policy._budget
-        if not 0 < p == len(running) <= budget:
-            return None
-        src: Any = self.ctx.source  # (ctx.poll_arrivals)
-        now = self.env._now
-        i = src._next
-        if i < src._n and src._arrival[i] <= now:
-            src.flush(now)
-        policy._preempted_for_memory = False  # (BatchPolicy.schedule, schedule_running)
-        pool = policy.pool
-        scheduled = pool.entries.copy() if policy._fifo else policy.decode_entries()
-        policy.decoding = None
-        kv, left = decoding[2], decoding[3]
-        policy._decodes = hint = (scheduled, p, kv, left)
-        policy.admit_waiting(scheduled, budget - p)
-        if policy._decodes is not hint:  # (a preemption changed the batch)
-            if not scheduled:
-                return None  # (as ready_plan: the engine's next_step schedules again)
-            return policy.planned(policy.make_plan(scheduled))  # type: ignore[no-any-return]
-        policy._decodes = None  # (PooledPlans.make_plan from the notes: p entries decode)
-        rest = scheduled[p:]
-        kv, prefill, decode, left = tally(rest, kv, 0, p, left)
-        plan = StepPlan(len(scheduled), kv, prefill, decode, scheduled,
-                        partial(pool_contexts, pool, scheduled))
-        policy._left = (plan, left)
-        policy._pooled = (plan, p, rest)
-        return policy.planned(plan) if self._hook else plan  # type: ignore[no-any-return]
 
     def ready_plan(self) -> StepPlan | None:
         """The plan handed back by :meth:`advance`, else the policy's own ``ready_plan``."""
@@ -295,7 +264,11 @@ class TokenRunLoop:
                     self.plan = plan  # waits for the run's end
                     break
                 steps = len(ends)
-                waits = queued_by(num_waiting, ends)  # the queue's length at each step's start
+                j = src._next  # the queue's length at each step's start (queued_by)
+                if steps > 1 and j < n and arrival[j] <= ends[-2]:
+                    waits = queued_by(num_waiting, ends)
+                else:  # (nobody arrives before the last step starts)
+                    waits = [num_waiting] * steps
                 ctx.busy_until = t1
                 env._now = t1
                 complete_run(plan, ends)
