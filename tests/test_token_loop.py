@@ -144,3 +144,49 @@ def test_new_rows_admitted_inline_as_admit_waiting_does(policy, classes, monkeyp
     assert_three_identical(out)
     assert len(inline) > 100
     assert max(inline) > 1 or policy["type"] == "sarathi"
+
+
+@pytest.mark.parametrize("name", ["prefill-first", "sarathi-tiny-budget", "decode-first"])
+@pytest.mark.parametrize("output_len", [None, {"type": "uniform", "low": 1, "high": 3}])
+def test_steps_completed_inline_as_complete_step_does(name, output_len, monkeypatch):
+    """A step with none of the decode pool's members (``prefill-first``'s prompt-only steps,
+    newcomers alone, prompt chunks of requests outside the pool) completes in the loop itself:
+    the same as through the policy's ``complete_step`` (``TokenRunLoop.inline_steps``
+    off), down to requests that finish with their first token."""
+    from orcasim.policies.common import BatchPolicy
+
+    seen = {"complete": 0, "inside": False, "finish_inline": 0}
+    complete_step = BatchPolicy.complete_step
+    finish_step = BatchPolicy.finish_step
+
+    def spy_complete(self, plan, t_start, t_end):
+        seen["complete"] += 1
+        seen["inside"] = True
+        try:
+            complete_step(self, plan, t_start, t_end)
+        finally:
+            seen["inside"] = False
+
+    def spy_finish(self, reqs, t_end):
+        if not seen["inside"]:
+            seen["finish_inline"] += 1
+        finish_step(self, reqs, t_end)
+
+    monkeypatch.setattr(BatchPolicy, "complete_step", spy_complete)
+    monkeypatch.setattr(BatchPolicy, "finish_step", spy_finish)
+    overrides = {} if output_len is None else {"workload.output_len": output_len}
+    inline = run_three(TOKEN_POLICIES[name], overrides=overrides)
+    assert_three_identical(inline)
+    through_policy, finish_inline = seen["complete"], seen["finish_inline"]
+    seen["complete"] = seen["finish_inline"] = 0
+    monkeypatch.setattr(TokenRunLoop, "inline_steps", False)
+    plain = run_three(TOKEN_POLICIES[name], overrides=overrides)
+    assert_three_identical(plain)
+    assert_identical(plain["loop"], inline["loop"])
+    assert plain["loop"]["events"] == inline["loop"]["events"]
+    assert seen["finish_inline"] == 0
+    assert seen["complete"] > through_policy  # some steps were completed inline
+    if name == "prefill-first":
+        assert seen["complete"] - through_policy > 100
+    if output_len is not None:
+        assert finish_inline > 0

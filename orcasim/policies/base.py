@@ -366,11 +366,17 @@ class TokenPolicy(Policy, TokenRuns):
                     finished.append(req)
         plan.num_itl_tokens = bulk
         if finished:
-            done = set(map(id, finished))
-            self.running = [r for r in self.running if id(r) not in done]
-            for req in finished:
-                self.release(req)
-                ctx.finish(req, t_end)
+            self.finish_step(finished, t_end)
+
+    def finish_step(self, finished: list[Request], t_end: float) -> None:
+        """The requests of a step ending at ``t_end`` that emitted their last token leave the
+        batch and finish, in ``finished``'s order (:meth:`complete_step`'s end)."""
+        ctx = self.ctx
+        done = set(map(id, finished))
+        self.running = [r for r in self.running if id(r) not in done]
+        for req in finished:
+            self.release(req)
+            ctx.finish(req, t_end)
 
     def release(self, req: Request) -> None:
         """``req`` left the batch (finished, preempted, dropped): free its KV memory."""

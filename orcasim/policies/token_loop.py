@@ -29,11 +29,14 @@ from orcasim.policies.pooled import PooledPlans
 from orcasim.policies.queues import KeyedQueue
 from orcasim.policies.runs import TokenRuns
 from orcasim.policies.token_after import AfterRun
+from orcasim.request import RequestState
 from orcasim.source import OpenLoopSource
 
 if TYPE_CHECKING:
     from orcasim.engine import Engine
 
+
+RUNNING = RequestState.RUNNING
 
 #: the plain step rule's methods, as defined (a policy, or a test, that replaces one of them
 #: plans its own way: then the loop asks the policy)
@@ -59,6 +62,8 @@ class TokenRunLoop(AfterRun):
 
     #: off: the engine takes every boundary itself
     enabled = True
+    #: off: every step that is not a run completes through the policy's ``complete_step``
+    inline_steps = True
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -84,6 +89,10 @@ class TokenRunLoop(AfterRun):
         #: asked of the bound method (reading the policy's __dict__ would make every later
         #: attribute of the policy slower to read)
         self._hook = getattr(self.policy.planned, "__func__", None) is not BatchPolicy.planned
+        #: whether a step with none of the decode pool's members (as the plan's ``_pooled``
+        #: note says: a prompt-only step of ``prefill-first``, a step of newcomers) takes
+        #: ``BatchPolicy.complete_step`` inline: there is no pool to clear (see advance)
+        self._inline_step = self.inline_steps and kind.complete_step is BatchPolicy.complete_step
         #: by batch size: whether a run's plan may be charged by its aggregates (see advance)
         self._by_size: dict[int, bool] = {}
         #: by batch size: a decode step's ``(a, c)`` (``a + c * kv``, ``a > 0``), or ``()``
@@ -170,6 +179,10 @@ class TokenRunLoop(AfterRun):
         plain = "record_run" not in rec.__dict__ and type(rec).record_run is Recorder.record_run
         record_run = rec.record_run
         record_step = rec.record_step
+        plain_step = ("record_step" not in rec.__dict__
+                      and type(rec).record_step is Recorder.record_step)
+        record_itl = rec.record_itl
+        inline_step = self._inline_step
         t1_col, waiting_col, buf_cap = rec._t1, rec._waiting, rec._buf_cap
         r_start, r_len, r_seqs, r_tokens, r_tokens_rest, r_count, r_count_rest = rec._r_appends
         inf = float("inf")
@@ -297,10 +310,56 @@ class TokenRunLoop(AfterRun):
                 ctx.busy_until = t1
                 env._now = t1
                 busy += dt
-                complete_step(plan, now, t1)
+                pooled = policy._pooled
+                if inline_step and pooled[0] is plan and not pooled[1]:
+                    # (BatchPolicy.complete_step: no member of the pool among its requests)
+                    prev_end = ctx.last_step_end
+                    bulk = 0
+                    finished = None
+                    for req, k in plan.scheduled or ():
+                        if req.state is not RUNNING:
+                            continue  # preempted or aborted while the step ran
+                        c = req.num_computed_tokens + k
+                        req.num_computed_tokens = c
+                        out = req.num_output_tokens
+                        if c >= (req.prompt_len or 1) + out:  # (its num_tokens)
+                            if out == 0:
+                                req.first_token = t1
+                            elif req.last_token == prev_end:
+                                bulk += 1
+                            else:
+                                record_itl(t1 - req.last_token)
+                            out += 1
+                            req.num_output_tokens = out
+                            req.last_token = t1
+                            if out >= req.output_len:
+                                if finished is None:
+                                    finished = [req]
+                                else:
+                                    finished.append(req)
+                    plan.num_itl_tokens = bulk
+                    if finished is not None:
+                        policy.finish_step(finished, t1)
+                else:
+                    complete_step(plan, now, t1)
                 ctx.last_step_end = t1
-                record_step(now, t1, plan.num_seqs, plan.num_tokens, num_waiting,
-                            plan.num_itl_tokens)
+                if plain_step:  # (Recorder.record_step)
+                    tokens = plan.num_prefill_tokens + plan.num_decode_tokens  # (num_tokens)
+                    bulk = plan.num_itl_tokens
+                    t1_col.append(t1)
+                    waiting_col.append(num_waiting)
+                    r_start(now)
+                    r_len(1)
+                    r_seqs(plan.num_seqs)
+                    r_tokens(tokens)
+                    r_tokens_rest(tokens)
+                    r_count(bulk)
+                    r_count_rest(bulk)
+                    if len(t1_col) >= buf_cap:
+                        rec._flush()
+                else:
+                    record_step(now, t1, plan.num_seqs, plan.num_tokens, num_waiting,
+                                plan.num_itl_tokens)
             engine.busy_time = busy
             t0 = now
         return t0, busy
