@@ -281,6 +281,24 @@ def test_add_repeated_equals_adding_one_at_a_time(x, c, n):
     assert add_repeated(x, c, n) == y
 
 
+@pytest.mark.parametrize(("x", "c", "n"), [(0.0, 2.0, 7), (12.0, 0.5, 1000), (1.0, 2 / 3, 50),
+                                          (3e8, 2.0, 9), (0.1, 0.2, 33), (5.0, 0.0, 4),
+                                          (7.0, 2 / 3, 1), (2.0**27, 2.0, 2**20),
+                                          (2.0**28 - 8.0, 2.0, 5)])
+def test_fair_charges_equal_add_repeated(x, c, n):
+    """``FairSharePolicy._charge`` adds ``add_repeated``'s exact case in place: the same
+    counters as ``add_repeated`` (and as adding one token at a time)."""
+    from types import SimpleNamespace
+
+    from orcasim.policies.fair import FairSharePolicy, add_repeated
+    for m, steps in ((1, n), (n, 1)):
+        owner = SimpleNamespace(_counters={"g": x}, _token_cost={"g": c},
+                                _queue=SimpleNamespace(_chosen=["g"]))
+        FairSharePolicy._charge(owner, {"g": m}, steps)  # type: ignore[arg-type]
+        assert owner._counters["g"] == add_repeated(x, c, n)
+        assert owner._queue._chosen == []
+
+
 @pytest.mark.parametrize("name", ["fcfs", "sarathi", "srpt", "decode-first"])
 def test_token_plans_after_runs_equal_the_plain_plan(monkeypatch, name):
     """The plans built from what a run noted (decodes, KV tokens, steps left) equal the plain

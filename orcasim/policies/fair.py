@@ -301,7 +301,13 @@ class FairSharePolicy(BatchPolicy):
                 c = costs[g] = self.params.w_output / self.weight(g)  # type: ignore[attr-defined]
             n = m * steps
             x = counters.get(g, 0.0)
-            counters[g] = x + c if n == 1 else add_repeated(x, c, n)  # (one token: x + c)
+            if n == 1:  # (one token: x + c)
+                counters[g] = x + c
+            elif ((x * 16777216.0).is_integer() and (c * 16777216.0).is_integer()
+                  and x + n * c < 268435456.0):  # (add_repeated's exact case, in place)
+                counters[g] = x + n * c
+            else:
+                counters[g] = add_repeated(x, c, n)
         self._queue._chosen = []  # (forget_choice)
 
     def _offer_run(self, plan: StepPlan | None = None) -> tuple[int, int, int, bool] | None:

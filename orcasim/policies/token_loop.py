@@ -25,6 +25,7 @@ from orcasim.backlog import Backlog
 from orcasim.metrics.recorder import Recorder
 from orcasim.plan import StepPlan
 from orcasim.policies.common import BatchPolicy
+from orcasim.policies.grouped import GroupedQueue
 from orcasim.policies.pooled import PooledPlans
 from orcasim.policies.queues import KeyedQueue
 from orcasim.policies.runs import TokenRuns
@@ -172,9 +173,10 @@ class TokenRunLoop(AfterRun):
         src: Any = ctx.source
         arrival, n, queued_by = src._arrival, src._n, src.queued_by
         waiting = ctx.waiting
-        #: how the queue's length is read: 1 a keyed queue's, 2 a backlog's (their __len__,
-        #: inline), 0 by len()
-        count = 1 if type(waiting) is KeyedQueue else 2 if type(waiting) is Backlog else 0
+        #: how the queue's length is read: 1 a keyed queue's, 2 a backlog's, 3 a grouped
+        #: queue's (their __len__, inline), 0 by len()
+        count = (1 if type(waiting) is KeyedQueue else 2 if type(waiting) is Backlog
+                 else 3 if type(waiting) is GroupedQueue else 0)
         rec = ctx.recorder
         plain = "record_run" not in rec.__dict__ and type(rec).record_run is Recorder.record_run
         record_run = rec.record_run
@@ -208,8 +210,10 @@ class TokenRunLoop(AfterRun):
             now = env._now
             if count == 1:  # (KeyedQueue.__len__)
                 num_waiting = len(waiting._live) + waiting._lazy
-            elif count:  # (Backlog.__len__)
+            elif count == 2:  # (Backlog.__len__)
                 num_waiting = len(waiting._head) + waiting._hi - waiting._lo
+            elif count:  # (GroupedQueue.__len__)
+                num_waiting = waiting._n
             else:
                 num_waiting = len(waiting)
             if plain_run and policy._left[0] is plan and policy._run_offer:
