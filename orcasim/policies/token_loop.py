@@ -25,6 +25,7 @@ from orcasim.backlog import Backlog
 from orcasim.metrics.recorder import Recorder
 from orcasim.plan import StepPlan
 from orcasim.policies.common import BatchPolicy
+from orcasim.policies.keyed import KeyedPolicy
 from orcasim.policies.pooled import PooledPlans
 from orcasim.policies.queues import KeyedQueue
 from orcasim.policies.runs import TokenRuns
@@ -84,6 +85,10 @@ class TokenRunLoop(AfterRun):
         #: asked of the bound method (reading the policy's __dict__ would make every later
         #: attribute of the policy slower to read)
         self._hook = getattr(self.policy.planned, "__func__", None) is not BatchPolicy.planned
+        self._kept = (isinstance(policy, KeyedPolicy)
+                      and kind.decode_entries is KeyedPolicy.decode_entries
+                      and kind.order is KeyedPolicy.order
+                      and kind.order_running is BatchPolicy.order_running)
         #: by batch size: whether a run's plan may be charged by its aggregates (see advance)
         self._by_size: dict[int, bool] = {}
         #: by batch size: a decode step's ``(a, c)`` (``a + c * kv``, ``a > 0``), or ``()``
