@@ -29,6 +29,8 @@ from orcasim.policies.keyed import KeyedPolicy
 from orcasim.policies.pooled import PooledPlans
 from orcasim.policies.queues import KeyedQueue
 from orcasim.policies.runs import TokenRuns
+from orcasim.policies.srpt import PLAIN as SRPT_PLAIN
+from orcasim.policies.srpt import SRPT
 from orcasim.policies.token_after import AfterRun
 from orcasim.source import OpenLoopSource
 
@@ -85,10 +87,13 @@ class TokenRunLoop(AfterRun):
         #: asked of the bound method (reading the policy's __dict__ would make every later
         #: attribute of the policy slower to read)
         self._hook = getattr(self.policy.planned, "__func__", None) is not BatchPolicy.planned
-        self._kept = (isinstance(policy, KeyedPolicy)
-                      and kind.decode_entries is KeyedPolicy.decode_entries
-                      and kind.order is KeyedPolicy.order
-                      and kind.order_running is BatchPolicy.order_running)
+        self._kept = 0
+        if isinstance(policy, KeyedPolicy) and kind.order_running is BatchPolicy.order_running:
+            if kind.decode_entries is KeyedPolicy.decode_entries:
+                self._kept = int(kind.order is KeyedPolicy.order)
+            elif kind.decode_entries is SRPT.decode_entries:  # (as its _kept_entries)
+                self._kept = 2 * (policy._exact and kind.order is SRPT_PLAIN[0]
+                                  and KeyedPolicy.decode_entries is SRPT_PLAIN[1])
         #: by batch size: whether a run's plan may be charged by its aggregates (see advance)
         self._by_size: dict[int, bool] = {}
         #: by batch size: a decode step's ``(a, c)`` (``a + c * kv``, ``a > 0``), or ``()``
