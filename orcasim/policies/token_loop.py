@@ -62,6 +62,8 @@ class TokenRunLoop(AfterRun):
 
     #: off: the engine takes every boundary itself
     enabled = True
+    #: off: the boundary after a run asks a keyed policy for its decode entries
+    lean_entries = True
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -88,7 +90,8 @@ class TokenRunLoop(AfterRun):
         #: attribute of the policy slower to read)
         self._hook = getattr(self.policy.planned, "__func__", None) is not BatchPolicy.planned
         self._kept = 0
-        if isinstance(policy, KeyedPolicy) and kind.order_running is BatchPolicy.order_running:
+        if (self.lean_entries and isinstance(policy, KeyedPolicy)
+                and kind.order_running is BatchPolicy.order_running):
             if kind.decode_entries is KeyedPolicy.decode_entries:
                 self._kept = int(kind.order is KeyedPolicy.order)
             elif kind.decode_entries is SRPT.decode_entries:  # (as its _kept_entries)
