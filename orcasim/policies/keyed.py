@@ -23,6 +23,8 @@ from orcasim.policies.queues import KeyedQueue
 from orcasim.request import Request, RequestState
 
 RUNNING = RequestState.RUNNING
+#: ``SchedulerContext.admit`` as defined (one replaced later is called, not done inline)
+PLAIN_ADMIT = SchedulerContext.admit
 
 
 class KeyedPolicy(BatchPolicy):
@@ -314,7 +316,7 @@ class KeyedPolicy(BatchPolicy):
         self._lean = (kind.victim is KeyedPolicy.victim, rule is not None, rule == "sorted",
                       kind.admitted is KeyedPolicy.admitted and self._plain_admitted,
                       self.static_keys or self._rank_is_key, self.static_keys,
-                      getattr(self.ctx.admit, "__func__", None) is SchedulerContext.admit)
+                      getattr(self.ctx.admit, "__func__", None) is PLAIN_ADMIT)
         return self._lean
 
     def release(self, req: Request) -> None:
