@@ -43,6 +43,10 @@ if TYPE_CHECKING:
 PLAIN_RULE = (BatchPolicy.ready_plan, BatchPolicy.schedule, BatchPolicy.schedule_running,
               PooledPlans.make_plan)
 
+#: the keyed decode entries that the boundary after a run copies in place, as defined (a
+#: policy, or a test, that replaces one of them is asked for its entries)
+KEPT_ENTRIES = (KeyedPolicy.decode_entries, SRPT.decode_entries)
+
 
 def plain_after_run(kind: type) -> bool:
     """Whether ``kind``'s ``schedule`` is :class:`BatchPolicy`'s at a boundary right after a
@@ -92,9 +96,9 @@ class TokenRunLoop(AfterRun):
         self._kept = 0
         if (self.lean_entries and isinstance(policy, KeyedPolicy)
                 and kind.order_running is BatchPolicy.order_running):
-            if kind.decode_entries is KeyedPolicy.decode_entries:
+            if kind.decode_entries is KEPT_ENTRIES[0]:
                 self._kept = int(kind.order is KeyedPolicy.order)
-            elif kind.decode_entries is SRPT.decode_entries:  # (as its _kept_entries)
+            elif kind.decode_entries is KEPT_ENTRIES[1]:  # (as its _kept_entries)
                 self._kept = 2 * (policy._exact and kind.order is SRPT_PLAIN[0]
                                   and KeyedPolicy.decode_entries is SRPT_PLAIN[1])
         #: by batch size: whether a run's plan may be charged by its aggregates (see advance)
