@@ -15,6 +15,7 @@ from orcasim.policies.common import BatchPolicy
 from orcasim.policies.fair import FairSharePolicy
 from orcasim.policies.keyed import KeyedPolicy
 from orcasim.policies.prefill_first import PrefillFirst
+from orcasim.policies.token_loop import TokenRunLoop
 from orcasim.simulation import build_model, generate_workload
 from tests.test_batch_runs import TOKEN_POLICIES, assert_identical, snapshot, spy_ended
 from tests.test_token_loop import CLASSES
@@ -24,7 +25,8 @@ SWITCHES = {"keyed-admission": (KeyedPolicy, "lean_admission"),
             "backlog-admission": (BatchPolicy, "lean_backlog"),
             "prefill-first-plan": (PrefillFirst, "lean_plan"),
             "fair-admission": (FairSharePolicy, "lean_admission"),
-            "fair-charge": (FairSharePolicy, "lean_charge")}
+            "fair-charge": (FairSharePolicy, "lean_charge"),
+            "kept-entries": (TokenRunLoop, "lean_entries")}
 
 KEYED = ["priority-preempt", "priority-classes", "priority-aging", "srpt", "sjf", "edf"]
 EXTRA = {
@@ -75,6 +77,14 @@ def run_switched(policy: dict, switch: str, rate: float, fast_paths: bool, n: in
 @pytest.mark.parametrize("name", KEYED + list(EXTRA))
 def test_keyed_admission_equals_the_general_steps(name, rate, fast_paths):
     on, off = run_switched(policy_of(name), "keyed-admission", rate, fast_paths)
+    assert_identical(off, on)
+    assert on["events"] == off["events"]
+
+
+@pytest.mark.parametrize("rate", [30.0, 2.0])
+@pytest.mark.parametrize("name", [*KEYED, "srpt-oracle", "sjf-whole-prompts", "edf-preempt"])
+def test_kept_entries_after_a_run_equal_the_policy_s(name, rate):
+    on, off = run_switched(policy_of(name), "kept-entries", rate, True)
     assert_identical(off, on)
     assert on["events"] == off["events"]
 

@@ -27,33 +27,18 @@ from collections.abc import Callable, Generator, Iterable
 from typing import Any, ClassVar
 
 import simpy
-from pydantic import AliasChoices, Field
 
 from orcasim.batch import DecodeBatch
 from orcasim.context import SchedulerContext
 from orcasim.params import ComponentParams
 from orcasim.plan import StepPlan
+from orcasim.policies.policy_params import PolicyParams as PolicyParams
+from orcasim.policies.policy_params import slot_capacity
+from orcasim.policies.policy_params import slots_field as slots_field
 from orcasim.policies.runs import DecodeRuns, TokenRuns
 from orcasim.request import Request, RequestState
 
 RUNNING = RequestState.RUNNING
-
-
-class PolicyParams(ComponentParams):
-    """Base for a policy's scenario parameters."""
-
-
-def slots_field(default: int = 32, description: str = "running sequences at most "
-                "(batch slots; vLLM's max_num_seqs)") -> Any:
-    """The batch-slot capacity field: ``max_batch``, also accepted as ``max_num_seqs``."""
-    return Field(default, gt=0, description=description,
-                 validation_alias=AliasChoices("max_batch", "max_num_seqs"))
-
-
-def slot_capacity(params: ComponentParams) -> int | None:
-    """The batch slots a policy's parameters allow (``None``: no limit)."""
-    cap = getattr(params, "max_batch", None)
-    return getattr(params, "max_num_seqs", None) if cap is None else cap
 
 
 class Policy:

@@ -20,7 +20,11 @@ from orcasim.policies.base import TokenPolicy
 from orcasim.policies.common import ONE, BatchPolicy, unschedule
 from orcasim.policies.keys import KeyCache
 from orcasim.policies.queues import KeyedQueue
-from orcasim.request import Request
+from orcasim.request import Request, RequestState
+
+RUNNING = RequestState.RUNNING
+#: ``SchedulerContext.admit`` as defined (one replaced later is called, not done inline)
+PLAIN_ADMIT = SchedulerContext.admit
 
 
 class KeyedPolicy(BatchPolicy):
@@ -171,7 +175,15 @@ class KeyedPolicy(BatchPolicy):
         live = waiting._live
         if not live and not waiting._lazy:
             return budget
-        own_victim, kept, by_sort, own_admitted, key_rank, static = lean
+        own_victim, kept, by_sort, own_admitted, key_rank, static, plain_admit = lean
+        # ctx.admit inline: a free slot (the batch is not full where one is admitted), no
+        # reserved slots, and nothing to call or wake
+        direct = (plain_admit and not slots.reserved and ctx.on_admit is None
+                  and ctx._admitted is None)
+        if direct:
+            start = ctx.env._now
+            if ctx.busy_until > start:
+                start = ctx.busy_until
         rank = self.rank
         running = self.running
         ordered = self._ordered
@@ -185,14 +197,20 @@ class KeyedPolicy(BatchPolicy):
                 break
             # (the queue's top and popleft, inline: its heap, live entries and cached top)
             entry = waiting._top
+            fresh = False  # whether the head is a workload index's request, admitted below
             if entry is None:  # (waiting.top(), when the heap's first is live)
                 entry = heap[0]
                 x = entry[-1]
                 if type(x) is int:  # a workload index: its request now
-                    req = waiting._make(x, waiting._arrival[x])
-                    live[id(req)] = entry[-2]
-                    waiting._lazy -= 1
-                    entry = heap[0] = waiting._top = (*entry[:-1], req)
+                    head = waiting._make(x, waiting._arrival[x])
+                    if (full or not own_admitted or (
+                            (need := (head.prompt_len or 1) + head.num_output_tokens
+                             - head.num_computed_tokens) > budget and not self.chunked)):
+                        live[id(head)] = entry[-2]  # (it stays at the head: a live entry)
+                        waiting._lazy -= 1
+                        entry = heap[0] = waiting._top = (*entry[:-1], head)
+                    else:  # (popped below at once: never live, its entry left as it is)
+                        fresh = True
                 elif live.get(id(x)) == entry[-2]:
                     waiting._top = entry
                 else:
@@ -215,25 +233,43 @@ class KeyedPolicy(BatchPolicy):
                         break
                 budget += unschedule(scheduled, victim)
                 self.preempt(victim, "priority")
+                if direct and (slots.reserved or ctx.on_admit is not None
+                               or ctx._admitted is not None):
+                    direct = False  # (its slot went to a request waiting for one)
                 ordered = self._ordered
                 last = None
                 continue
-            head = entry[-1]
-            need = (head.prompt_len or 1) + head.num_output_tokens - head.num_computed_tokens
-            if need > budget:
-                if self.chunked:
-                    need = budget
-                elif scheduled:
-                    break  # head-of-line: it waits for a step with room
-                elif head.num_output_tokens == 0 and need > self.params.token_budget:
-                    waiting.popleft()
-                    ctx.reject(head, "prompt_too_long")
-                    continue
-            waiting.popped = entry  # (waiting.popleft: the top is the heap's first)
-            heappop(heap)
-            del live[id(head)]
-            waiting._top = None
-            ctx.admit(head)
+            if fresh:  # (waiting.popleft, of an index made its request above)
+                if need > budget:
+                    need = budget  # (chunked)
+                waiting.popped = None  # (own_admitted: nothing reads it)
+                heappop(heap)
+                waiting._lazy -= 1
+            else:
+                head = entry[-1]
+                need = (head.prompt_len or 1) + head.num_output_tokens - head.num_computed_tokens
+                if need > budget:
+                    if self.chunked:
+                        need = budget
+                    elif scheduled:
+                        break  # head-of-line: it waits for a step with room
+                    elif head.num_output_tokens == 0 and need > self.params.token_budget:
+                        waiting.popleft()
+                        ctx.reject(head, "prompt_too_long")
+                        continue
+                waiting.popped = entry  # (waiting.popleft: the top is the heap's first)
+                heappop(heap)
+                del live[id(head)]
+                waiting._top = None
+            if direct:  # (ctx.admit)
+                if head.state != RUNNING:
+                    slots.count += 1
+                head.state = RUNNING
+                if head.first_scheduled is None:
+                    head.first_scheduled = start
+                    ctx.num_started += 1
+            else:
+                ctx.admit(head)
             running.append(head)
             self.decoding = None  # the batch changed
             scheduled.append((head, need))
@@ -269,7 +305,8 @@ class KeyedPolicy(BatchPolicy):
         (``victim_rule`` of the class that defines :meth:`memory_victim`: ``"kept"``, or
         ``"sorted"``: at the boundary where the order was last sorted), the admission hook
         (:meth:`admitted` as defined), whether an admitted request's rank is its key as it
-        was queued (:attr:`_rank_is_key`), and :attr:`static_keys`."""
+        was queued (:attr:`_rank_is_key`), :attr:`static_keys`, and whether ``ctx.admit`` is
+        :meth:`SchedulerContext.admit` (then inline where nothing waits on an admission)."""
         if self.mem is not None or not self.lean_admission:
             self._lean = ()
             return ()
@@ -278,7 +315,8 @@ class KeyedPolicy(BatchPolicy):
                     if "memory_victim" in c.__dict__)
         self._lean = (kind.victim is KeyedPolicy.victim, rule is not None, rule == "sorted",
                       kind.admitted is KeyedPolicy.admitted and self._plain_admitted,
-                      self.static_keys or self._rank_is_key, self.static_keys)
+                      self.static_keys or self._rank_is_key, self.static_keys,
+                      getattr(self.ctx.admit, "__func__", None) is PLAIN_ADMIT)
         return self._lean
 
     def release(self, req: Request) -> None:

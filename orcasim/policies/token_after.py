@@ -31,6 +31,11 @@ class AfterRun:
     _lean: Backlog | None
     #: whether the policy's ``planned`` hook does something
     _hook: bool
+    #: whether the policy's decode entries right after a run are the kept ones of a keyed
+    #: policy, as defined (then :meth:`_after_run` copies them in place when they are at
+    #: hand): 1 ``KeyedPolicy.decode_entries``, 2 ``SRPT.decode_entries`` with the true
+    #: lengths (which also notes that the kept order was sorted now), 0 neither
+    _kept: int
 
     def _after_run(self) -> StepPlan | None:
         """``BatchPolicy.ready_plan`` at a boundary right after a run, when every running
@@ -54,7 +59,16 @@ class AfterRun:
             src.flush(now)
         policy._preempted_for_memory = False  # (BatchPolicy.schedule, schedule_running)
         pool = policy.pool
-        scheduled = pool.entries.copy() if policy._fifo else policy.decode_entries()
+        if policy._fifo:
+            scheduled = pool.entries.copy()
+        elif (self._kept and (entries := policy._entries) is not None
+              and policy._entries_of is (ordered := policy._ordered) and ordered is not None
+              and len(entries) == len(ordered) == p):
+            if self._kept == 2:  # (SRPT.decode_entries: the kept order holds after the run)
+                policy._sorted_at = now
+            scheduled = entries.copy()  # (KeyedPolicy.decode_entries: the kept order's)
+        else:
+            scheduled = policy.decode_entries()
         policy.decoding = None
         kv, left = decoding[2], decoding[3]
         ctx = self.ctx

@@ -26,9 +26,12 @@ from orcasim.metrics.recorder import Recorder
 from orcasim.plan import StepPlan
 from orcasim.policies.common import BatchPolicy
 from orcasim.policies.grouped import GroupedQueue
+from orcasim.policies.keyed import KeyedPolicy
 from orcasim.policies.pooled import PooledPlans
 from orcasim.policies.queues import KeyedQueue
 from orcasim.policies.runs import TokenRuns
+from orcasim.policies.srpt import PLAIN as SRPT_PLAIN
+from orcasim.policies.srpt import SRPT
 from orcasim.policies.token_after import AfterRun
 from orcasim.request import RequestState
 from orcasim.source import OpenLoopSource
@@ -43,6 +46,10 @@ RUNNING = RequestState.RUNNING
 #: plans its own way: then the loop asks the policy)
 PLAIN_RULE = (BatchPolicy.ready_plan, BatchPolicy.schedule, BatchPolicy.schedule_running,
               PooledPlans.make_plan)
+
+#: the keyed decode entries that the boundary after a run copies in place, as defined (a
+#: policy, or a test, that replaces one of them is asked for its entries)
+KEPT_ENTRIES = (KeyedPolicy.decode_entries, SRPT.decode_entries)
 
 
 def plain_after_run(kind: type) -> bool:
@@ -65,6 +72,8 @@ class TokenRunLoop(AfterRun):
     enabled = True
     #: off: every step that is not a run completes through the policy's ``complete_step``
     inline_steps = True
+    #: off: the boundary after a run asks a keyed policy for its decode entries
+    lean_entries = True
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -94,6 +103,14 @@ class TokenRunLoop(AfterRun):
         #: note says: a prompt-only step of ``prefill-first``, a step of newcomers) takes
         #: ``BatchPolicy.complete_step`` inline: there is no pool to clear (see advance)
         self._inline_step = self.inline_steps and kind.complete_step is BatchPolicy.complete_step
+        self._kept = 0
+        if (self.lean_entries and isinstance(policy, KeyedPolicy)
+                and kind.order_running is BatchPolicy.order_running):
+            if kind.decode_entries is KEPT_ENTRIES[0]:
+                self._kept = int(kind.order is KeyedPolicy.order)
+            elif kind.decode_entries is KEPT_ENTRIES[1]:  # (as its _kept_entries)
+                self._kept = 2 * (policy._exact and kind.order is SRPT_PLAIN[0]
+                                  and KeyedPolicy.decode_entries is SRPT_PLAIN[1])
         #: by batch size: whether a run's plan may be charged by its aggregates (see advance)
         self._by_size: dict[int, bool] = {}
         #: by batch size: a decode step's ``(a, c)`` (``a + c * kv``, ``a > 0``), or ``()``
