@@ -74,7 +74,9 @@ def test_pool_members_listed_in_their_entries_order_as_they_join_and_leave():
 
 def test_a_run_end_in_one_call_is_advance_then_join_all():
     """``end_run`` leaves two pools as ``advance``, ``join_all`` and ``first_finish`` do, run
-    after run: finishers (none, one, several), joiners (none, one, several), a stale entry."""
+    after run: finishers (none, one, several), joiners (none, one, several), a stale entry
+    (``advance`` is ``end_run`` with nobody joining, so this checks the joins and the next
+    finish; the tests above check the finishers by hand)."""
     import random
 
     rng = random.Random(7)

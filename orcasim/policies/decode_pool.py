@@ -99,23 +99,21 @@ class DecodePool:
     def advance(self, k: int, t_end: float) -> list[Request]:
         """Every member decodes ``k`` tokens, the last in a step ending at ``t_end``; take out
         (up to date) and return those that emitted their last token in that step (:meth:`due`)."""
-        self.steps += k
-        self.kv += self.size * k
-        self.last = t_end
-        heap = self._heap
-        return self.due() if heap and heap[0][0] <= self.steps else []
+        return self.end_run(k, t_end, [])[0]
 
     def end_run(self, k: int, t_end: float, joining: list[Request]) -> tuple[list[Request], int]:
-        """A run's end in one call: :meth:`advance` (``k`` steps, the last ending at
-        ``t_end``), then :meth:`join_all` of ``joining``. Returns the members taken out (up to
-        date, as :meth:`due`) and :meth:`first_finish` after the joins."""
+        """A run's end in one call: every member decodes ``k`` tokens, the last in a step
+        ending at ``t_end``, and those that emitted their last token in that step are taken out
+        (up to date); then ``joining`` join as :meth:`join_all` does. Returns the members taken
+        out and :meth:`first_finish` after the joins (:meth:`advance` and :meth:`due` are this
+        with nobody joining)."""
         steps = self.steps + k
         self.steps = steps
         kv = self.kv + self.size * k
         self.last = t_end
         heap, base = self._heap, self.members
         out: list[Request] = []
-        if heap and heap[0][0] <= steps:  # (due)
+        if heap and heap[0][0] <= steps:
             entries, order = self.entries, self.reqs
             pop = heapq.heappop
             while heap and heap[0][0] <= steps:
@@ -194,33 +192,7 @@ class DecodePool:
 
     def due(self) -> list[Request]:
         """Take out the members that emitted their last token in the latest step, up to date."""
-        heap, base, steps = self._heap, self.members, self.steps
-        out: list[Request] = []
-        kv = self.kv
-        last = self.last
-        entries, order = self.entries, self.reqs
-        pop = heapq.heappop
-        while heap and heap[0][0] <= steps:
-            done, seq, req = pop(heap)
-            b = base.get(req)
-            if b is None or b[1] != seq:
-                continue
-            if done != steps:
-                raise ValueError(f"request {req.label} finished {steps - done} steps ago")
-            del base[req]  # it leaves (as leave() does)
-            d = steps - b[0]
-            if d:
-                req.num_computed_tokens += d
-                req.num_output_tokens += d
-                req.last_token = last
-            kv -= req.num_computed_tokens
-            at = order.index(req)
-            del order[at]
-            del entries[at]
-            out.append(req)
-        self.kv = kv
-        self.size -= len(out)
-        return out
+        return self.end_run(0, self.last, [])[0]
 
     def _write(self, req: Request, since: int) -> None:
         d = self.steps - since

@@ -14,7 +14,7 @@ from typing import Any
 
 from orcasim.backlog import Backlog
 from orcasim.plan import StepPlan
-from orcasim.policies.pooled import pool_contexts
+from orcasim.policies.pooled import pool_contexts, tally
 from orcasim.request import Request, RequestState
 
 RUNNING = RequestState.RUNNING
@@ -127,20 +127,7 @@ class AfterRun:
                 return policy.planned(policy.make_plan(scheduled))  # type: ignore[no-any-return]
             policy._decodes = None  # (PooledPlans.make_plan from the notes: p entries decode)
             rest = scheduled[p:]
-            prefill, decode = 0, p
-            for req, n in rest:  # (tally)
-                c = req.num_computed_tokens
-                kv += c
-                out = req.num_output_tokens
-                known = (req.prompt_len or 1) + out
-                if n == 1 and out > 0 and c == known - 1:
-                    decode += 1
-                else:
-                    prefill += n
-                    if c + n < known:
-                        left = 0
-                if req.output_len - out < left:
-                    left = req.output_len - out
+            kv, prefill, decode, left = tally(rest, kv, 0, p, left)
         plan = StepPlan(len(scheduled), kv, prefill, decode, scheduled,
                         partial(pool_contexts, pool, scheduled))
         policy._left = (plan, left)
