@@ -17,6 +17,7 @@ own path, bit for bit.
 
 from __future__ import annotations
 
+from types import MethodType
 from typing import TYPE_CHECKING, Any
 
 import simpy
@@ -24,6 +25,7 @@ import simpy
 from orcasim.backlog import Backlog
 from orcasim.metrics.recorder import Recorder
 from orcasim.plan import StepPlan
+from orcasim.policies.base import TokenPolicy
 from orcasim.policies.common import BatchPolicy
 from orcasim.policies.grouped import GroupedQueue
 from orcasim.policies.keyed import KeyedPolicy
@@ -33,14 +35,11 @@ from orcasim.policies.runs import TokenRuns
 from orcasim.policies.srpt import PLAIN as SRPT_PLAIN
 from orcasim.policies.srpt import SRPT
 from orcasim.policies.token_after import AfterRun
-from orcasim.request import RequestState
 from orcasim.source import OpenLoopSource
 
 if TYPE_CHECKING:
     from orcasim.engine import Engine
 
-
-RUNNING = RequestState.RUNNING
 
 #: the plain step rule's methods, as defined (a policy, or a test, that replaces one of them
 #: plans its own way: then the loop asks the policy)
@@ -100,8 +99,8 @@ class TokenRunLoop(AfterRun):
         #: attribute of the policy slower to read)
         self._hook = getattr(self.policy.planned, "__func__", None) is not BatchPolicy.planned
         #: whether a step with none of the decode pool's members (as the plan's ``_pooled``
-        #: note says: a prompt-only step of ``prefill-first``, a step of newcomers) takes
-        #: ``BatchPolicy.complete_step`` inline: there is no pool to clear (see advance)
+        #: note says: a prompt-only step of ``prefill-first``, a step of newcomers) goes to
+        #: ``TokenPolicy.complete_step`` directly: there is no pool to clear (see advance)
         self._inline_step = self.inline_steps and kind.complete_step is BatchPolicy.complete_step
         self._kept = 0
         if (self.lean_entries and isinstance(policy, KeyedPolicy)
@@ -200,8 +199,8 @@ class TokenRunLoop(AfterRun):
         record_step = rec.record_step
         plain_step = ("record_step" not in rec.__dict__
                       and type(rec).record_step is Recorder.record_step)
-        record_itl = rec.record_itl
         inline_step = self._inline_step
+        token_complete = MethodType(TokenPolicy.complete_step, policy)
         t1_col, waiting_col, buf_cap = rec._t1, rec._waiting, rec._buf_cap
         r_start, r_len, r_seqs, r_tokens, r_tokens_rest, r_count, r_count_rest = rec._r_appends
         inf = float("inf")
@@ -334,33 +333,7 @@ class TokenRunLoop(AfterRun):
                 pooled = policy._pooled
                 if inline_step and pooled[0] is plan and not pooled[1]:
                     # (BatchPolicy.complete_step: no member of the pool among its requests)
-                    prev_end = ctx.last_step_end
-                    bulk = 0
-                    finished = None
-                    for req, k in plan.scheduled or ():
-                        if req.state is not RUNNING:
-                            continue  # preempted or aborted while the step ran
-                        c = req.num_computed_tokens + k
-                        req.num_computed_tokens = c
-                        out = req.num_output_tokens
-                        if c >= (req.prompt_len or 1) + out:  # (its num_tokens)
-                            if out == 0:
-                                req.first_token = t1
-                            elif req.last_token == prev_end:
-                                bulk += 1
-                            else:
-                                record_itl(t1 - req.last_token)
-                            out += 1
-                            req.num_output_tokens = out
-                            req.last_token = t1
-                            if out >= req.output_len:
-                                if finished is None:
-                                    finished = [req]
-                                else:
-                                    finished.append(req)
-                    plan.num_itl_tokens = bulk
-                    if finished is not None:
-                        policy.finish_step(finished, t1)
+                    token_complete(plan, now, t1)
                 else:
                     complete_step(plan, now, t1)
                 ctx.last_step_end = t1
