@@ -120,7 +120,9 @@ def _replay(args: argparse.Namespace, plotter: PlotProcess | None) -> int:
     (out / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
     res = simulate(Scenario(scenario, source=str(out / "scenario.yaml")))
     variant = next(iter(res.variants.values()))
-    predicted = _predicted_ms(variant.columns)
+    predicted = _predicted_ms(variant.columns, variant.series,
+                              bool(scenario.get("cluster", {}).get("groups", [{}])[0]
+                                   .get("lockstep")))
     measured = run.latencies_ms()
     if plotter is not None:  # the child draws while this process writes the tables
         lat = scenario["engine"]["latency"]["type"]
@@ -180,8 +182,17 @@ def _check_match(run, trace, args: argparse.Namespace) -> None:  # type: ignore[
                              "workload is not the one the run served")
 
 
-def _predicted_ms(cols: dict) -> dict[str, np.ndarray]:  # type: ignore[type-arg]
+def _predicted_ms(cols: dict, series: dict, lockstep: bool  # type: ignore[type-arg]
+                  ) -> dict[str, np.ndarray]:
+    """Predicted TTFT, TPOT and E2E per request, ms, TTFT and E2E counted from when the
+    simulated engine took the request, as vLLM's ``queued_ts`` (:mod:`orcasim.replay.queued`;
+    from the arrival if the step series is binned)."""
     from orcasim.metrics.summary import request_latencies
+    from orcasim.replay.queued import simulated_queued
 
     lat = request_latencies(cols)
-    return {"ttft": lat["ttft"] * 1e3, "tpot": lat["tpot"] * 1e3, "e2e": lat["e2e"] * 1e3}
+    queued = simulated_queued(cols, series, lockstep)
+    if queued is None:
+        queued = cols["arrival"]
+    return {"ttft": (cols["first_token"] - queued) * 1e3, "tpot": lat["tpot"] * 1e3,
+            "e2e": (cols["finish"] - queued) * 1e3}

@@ -74,6 +74,10 @@ STEP_GAP_SYNC_S = 5.5e-3
 #: bench/examples/RTXPRO6000/Qwen3-32B/config.json in casys-kaist/LLMServingSim)
 ALLREDUCE_PCIE_BANDWIDTH = 16e9
 ALLREDUCE_PCIE_LATENCY_S = 20e-6
+#: rows of the per-step series: enough to keep every step of a replayed run apart (the
+#: series is bounded by time bins past this), so that each request's simulated
+#: ``queued_ts`` can be read from the steps in flight (:mod:`orcasim.replay.queued`)
+SERIES_CAPACITY = 1 << 20
 
 
 #: what a vLLM instance keeps on each GPU besides the weights and the KV cache, GiB, when the
@@ -300,6 +304,9 @@ def build_scenario(
                      "hash_block_size": block_size},
         "engine": {"latency": _latency(profiles, gpu, preset, model_name, tp, ep)},
         "policy": policy,
+        # every step's span, not time bins: where each predicted TTFT starts
+        # (orcasim.replay.queued)
+        "output": {"series_capacity": SERIES_CAPACITY},
     }
     if dp > 1:
         group: dict[str, Any] = {"name": "dp", "count": dp}
