@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -182,7 +182,7 @@ def _check_match(run, trace, args: argparse.Namespace) -> None:  # type: ignore[
                              "workload is not the one the run served")
 
 
-def _predicted_ms(cols: dict, series: dict, lockstep: bool  # type: ignore[type-arg]
+def _predicted_ms(cols: dict[str, Any], series: dict[str, np.ndarray], lockstep: bool
                   ) -> dict[str, np.ndarray]:
     """Predicted TTFT, TPOT and E2E per request, ms, TTFT and E2E counted from when the
     simulated engine took the request, as vLLM's ``queued_ts`` (:mod:`orcasim.replay.queued`;

@@ -28,6 +28,8 @@ at most one dummy step early.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 
@@ -64,7 +66,7 @@ def engine_queued_times(arrival: np.ndarray, engine: np.ndarray, step_start: np.
     return out
 
 
-def simulated_queued(columns: dict, series: dict[str, np.ndarray], lockstep: bool
+def simulated_queued(columns: dict[str, Any], series: dict[str, np.ndarray], lockstep: bool
                      ) -> np.ndarray | None:
     """:func:`engine_queued_times` of a simulated run's requests, from its result columns
     (``arrival``, and ``replica`` for a cluster) and step series; ``None`` when the series

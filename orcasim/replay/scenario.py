@@ -45,7 +45,9 @@ recorded it (``resolved_config`` and ``kv_cache`` in ``meta.json``), else from
 ``engine_kwargs`` (:class:`EngineArgs`).
 
 The workload is the token-id trace itself (``format: tokens``), hashed per
-KV block as vLLM hashes it.
+KV block as vLLM hashes it. The per-step series keeps every step
+(``output.series_capacity``, :data:`SERIES_CAPACITY`), from which the replay
+reads where each predicted TTFT starts (:mod:`orcasim.replay.queued`).
 """
 
 from __future__ import annotations
