@@ -120,7 +120,6 @@ class KVDecodeLoop(KVLoopCheck, KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
             if series is not None else ([], [], [], [], []))
         run_t0 = t0_col.append
         alloc_add = alloc_col.append
-        kv_room = KV_BUFFER - len(kv_t1)  # steps until the series' buffer is full
         kv_bs = kv.block_size
         num_blocks = alloc.capacity_units
         growth = self.growth
@@ -291,10 +290,8 @@ class KVDecodeLoop(KVLoopCheck, KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
                 kv_t1 += ends
                 run_t0(now)
                 run_col.extend((steps, kv_tokens, size, pad, swapped, policy._blocked, unit))
-                kv_room -= steps
-                if kv_room <= 0:
+                if len(kv_t1) >= KV_BUFFER:
                     series.flush(whole=True)
-                    kv_room = KV_BUFFER - len(kv_t1)
             else:
                 del alloc_col[:], int_col[:]
             # the run's effects (DecodeOnlyPolicy._complete): first tokens, then the members
