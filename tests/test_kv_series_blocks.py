@@ -42,3 +42,18 @@ def test_runs_counted_in_blocks_bin_as_in_slots():
     for name in a:
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
     assert slots.totals() == blocks.totals()
+
+
+def test_a_run_row_without_its_unit_is_refused():
+    """A writer of the run's row without its unit field fails loudly at the flush instead
+    of shifting every later field."""
+    import pytest
+
+    s = KVSeries(capacity=8, total=100)
+    s._t1 += [1.0, 2.0]
+    s._alloc += [3, 4]
+    s._int += [0, 0]
+    s._t0.append(0.0)
+    s._runs.extend((2, 10, 1, 0, 0, False))  # six fields: no unit
+    with pytest.raises(ValueError, match="run fields"):
+        s.flush()

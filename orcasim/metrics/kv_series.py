@@ -104,6 +104,9 @@ class KVSeries(BinnedSeries):
         n = m - m % _BUFFER if whole else m
         if not n:
             return
+        if len(self._runs) != _RUN_FIELDS * len(self._t0):  # (a writer of an older row)
+            raise ValueError(f"the memory series holds {len(self._runs)} run fields for "
+                             f"{len(self._t0)} runs; each run has {_RUN_FIELDS}")
         t1 = float_array(self._t1)
         alloc = float_array(self._alloc, "q")
         internal = float_array(self._int, "q")
