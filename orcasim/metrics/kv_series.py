@@ -53,10 +53,9 @@ class KVSeries(BinnedSeries):
         self.total = total
         # raw steps not yet binned: per step its end, allocated (in its run's unit) and
         # internal slots; per run of steps (a single step is a run of one) its start, and a
-        # row of _RUN_FIELDS, one
-        # after another in one list (integers below 2**53 are exact in float64). Lists, not
-        # arrays: a run extends them without converting each value (numpy converts a block
-        # at a flush)
+        # row of _RUN_FIELDS, one after another in one list (integers below 2**53 are exact
+        # in float64). Lists, not arrays: a run extends them without converting each value
+        # (numpy converts a block at a flush)
         self._t1: list[float] = []
         self._alloc: list[int] = []
         self._int: list[int] = []
