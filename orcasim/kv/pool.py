@@ -337,7 +337,7 @@ class KVPool:
         series._int += internal
         series._t0.append(t_start)
         series._runs.extend((len(ends), num_tokens, size, self.alloc.padding_slots,
-                             self.num_swap_blocks_used * self.block_size, blocked))
+                             self.num_swap_blocks_used * self.block_size, blocked, 1))
         if len(t1) >= KV_BUFFER:
             series.flush(whole=True)
 

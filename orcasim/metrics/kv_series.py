@@ -22,9 +22,10 @@ VALUES = ("tokens", "allocated", "internal", "padding", "free", "stranded", "swa
 BUFFER = 4096
 _BUFFER = BUFFER
 #: a run's row of whole numbers: its length, the tokens of its first step and their growth
-#: per step, its padding and swapped slots, and whether free memory was stranded (0 or 1)
+#: per step, its padding and swapped slots, whether free memory was stranded (0 or 1), and
+#: the slots its steps' allocated values count in (1: slots; a paged pool's block size: blocks)
 #: (its start is kept apart: whole numbers packed as int64 cost a half to a third of doubles)
-_RUN_FIELDS = 6
+_RUN_FIELDS = 7
 
 
 def float_array(values: list[float], code: str = "d") -> np.ndarray:
@@ -50,11 +51,11 @@ class KVSeries(BinnedSeries):
         super().__init__(VALUES, capacity)
         #: slots of the whole pool (free = total - allocated)
         self.total = total
-        # raw steps not yet binned: per step its end, allocated and internal slots; per run
-        # of steps (a single step is a run of one) its start, and a row of _RUN_FIELDS, one
-        # after another in one list (integers below 2**53 are exact in float64). Lists, not
-        # arrays: a run extends them without converting each value (numpy converts a block
-        # at a flush)
+        # raw steps not yet binned: per step its end, allocated (in its run's unit) and
+        # internal slots; per run of steps (a single step is a run of one) its start, and a
+        # row of _RUN_FIELDS, one after another in one list (integers below 2**53 are exact
+        # in float64). Lists, not arrays: a run extends them without converting each value
+        # (numpy converts a block at a flush)
         self._t1: list[float] = []
         self._alloc: list[int] = []
         self._int: list[int] = []
@@ -73,7 +74,7 @@ class KVSeries(BinnedSeries):
         self._alloc.append(allocated)
         self._int.append(internal)
         self._t0.append(t_start)
-        self._runs.extend((1, tokens, 0, padding, swapped, blocked))  # a run of one
+        self._runs.extend((1, tokens, 0, padding, swapped, blocked, 1))  # a run of one
         if len(t1) >= _BUFFER:
             self.flush(whole=True)
 
@@ -87,7 +88,7 @@ class KVSeries(BinnedSeries):
         self._alloc += allocated
         self._int += internal
         self._t0.append(t_start)
-        self._runs.extend((len(ends), tokens, size, padding, swapped, blocked))
+        self._runs.extend((len(ends), tokens, size, padding, swapped, blocked, 1))
         if len(t1) >= _BUFFER:
             self.flush(whole=True)
 
@@ -102,12 +103,16 @@ class KVSeries(BinnedSeries):
         n = m - m % _BUFFER if whole else m
         if not n:
             return
+        if len(self._runs) != _RUN_FIELDS * len(self._t0):  # (a writer of an older row)
+            raise ValueError(f"the memory series holds {len(self._runs)} run fields for "
+                             f"{len(self._t0)} runs; each run has {_RUN_FIELDS}")
         t1 = float_array(self._t1)
         alloc = float_array(self._alloc, "q")
         internal = float_array(self._int, "q")
         starts = float_array(self._t0)
         runs = float_array(self._runs, "q").reshape(-1, _RUN_FIELDS)
         k, first, t0 = expand_runs(t1, runs[:, 0], starts)
+        alloc *= np.repeat(runs[:, 6], k)  # slots (exact: whole numbers below 2**53)
         tok0, size, pad, swap, blk = (np.repeat(runs[:, i], k) for i in range(1, 6))
         since = np.arange(m) - np.repeat(first, k)  # steps since the run's first
         tok = tok0 + size * since  # exact: integers in float64

@@ -120,7 +120,6 @@ class KVDecodeLoop(KVLoopCheck, KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
             if series is not None else ([], [], [], [], []))
         run_t0 = t0_col.append
         alloc_add = alloc_col.append
-        kv_room = KV_BUFFER - len(kv_t1)  # steps until the series' buffer is full
         kv_bs = kv.block_size
         num_blocks = alloc.capacity_units
         growth = self.growth
@@ -207,13 +206,11 @@ class KVDecodeLoop(KVLoopCheck, KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
                 elif free < len(grow_plan) * ((max_steps - 1) // bs + 1):
                     a = (step + 1) % bs  # round by round: the rounds are a slice of the ring
                     if a + max_steps - 1 <= ring_len:
-                        covers = 0
-                        for ph in ring[a:a + max_steps - 1]:
-                            free -= len(ph)
+                        for r in range(a, a + max_steps - 1):
+                            free -= len(ring[r])
                             if free < 0:
+                                max_steps = r - a + 1  # (the rounds before r are covered)
                                 break
-                            covers += 1
-                        max_steps = covers + 1
                     else:
                         max_steps = covered(step, max_steps - 1) + 1
                 if max_steps > 1:
@@ -256,14 +253,16 @@ class KVDecodeLoop(KVLoopCheck, KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
                 alloc_col += allocated
                 int_col += internals
                 peak = allocated[-1]
-            else:  # each step's allocated and internal slots go straight to the series' lists
-                alloc_add(used * bs)
+                unit = 1
+            else:  # each step's allocated blocks and internal slots go straight to the
+                unit = bs  # series' lists (its allocated slots: blocks in the run's unit)
+                alloc_add(used)
                 if steps > 1:
                     a = (step + 1) % bs  # (rounds step + 1 to last: a slice of the ring)
                     for ph in (ring[a:a + steps - 1] if a + steps <= ring_len else
                                 (phases[r % bs] for r in range(step + 1, last + 1))):
                         used += len(ph)
-                        alloc_add(used * bs)
+                        alloc_add(used)
                     if used > num_blocks:  # (covered: never)
                         raise SimulationError(f"a run of decode steps: rounds {step + 1} to "
                                               f"{last} need more blocks than are free")
@@ -290,11 +289,9 @@ class KVDecodeLoop(KVLoopCheck, KVLoopAdmission, KVLoopRows, FcfsDecodeLoop):
                     kv.peak_allocated = peak
                 kv_t1 += ends
                 run_t0(now)
-                run_col.extend((steps, kv_tokens, size, pad, swapped, policy._blocked))
-                kv_room -= steps
-                if kv_room <= 0:
+                run_col.extend((steps, kv_tokens, size, pad, swapped, policy._blocked, unit))
+                if len(kv_t1) >= KV_BUFFER:
                     series.flush(whole=True)
-                    kv_room = KV_BUFFER - len(kv_t1)
             else:
                 del alloc_col[:], int_col[:]
             # the run's effects (DecodeOnlyPolicy._complete): first tokens, then the members

@@ -122,11 +122,8 @@ class KVPreemption:
         released = kv._released
         requeue = ctx.waiting.appendleft
 
-        def take() -> int:
-            seq = next(reversed(members))
-            victim = members[seq]  # (DecodeBatch.newest)
-            if type(victim) is list:  # a workload row (KVDecodeLoop): it stays one
-                return take_row(seq, victim)
+        def take_request(seq: int, victim: Request) -> int:
+            """``take`` for a request."""
             rid = victim.id
             leave(rid)
             # (DecodeBatch.remove) its generated tokens written back, its slot freed
@@ -148,10 +145,14 @@ class KVPreemption:
             requeue(victim)
             return rid
 
-        def take_row(seq: int, row: list) -> int:
-            """``take`` for a row: the row, with its tokens, preemptions and last token,
-            goes back in front of the queue (nobody waits on a slot or the pool in the loop,
-            so a slot and blocks given back are counts)."""
+        def take() -> int:
+            seq = next(reversed(members))
+            row = members[seq]  # (DecodeBatch.newest)
+            if type(row) is not list:
+                return take_request(seq, row)
+            # a workload row (KVDecodeLoop): it stays one, and goes back in front of the
+            # queue with its tokens, preemptions and last token (nobody waits on a slot or the
+            # pool in the loop, so a slot and blocks given back are counts)
             k = row[0]
             src = ctx.source
             g = plan.pop(k, None)  # (DecodeGrowth.leave)
