@@ -356,7 +356,7 @@ class KVCacheManager:
         unused = queue._unused_node
         b = head.next_free
         for req in reqs:
-            if b is unused:  # the blocks never taken: made now (n at most: no more than needed)
+            if b is unused:  # the blocks never taken: made now, in their place
                 b = queue.spill(n)
             tables[req.id].append(b)
             nxt = b.next_free  # type: ignore[union-attr]
