@@ -15,6 +15,11 @@ pool keeps the counts and the order.
   (eviction happens as it leaves the head of the queue), so cached blocks are
   evicted least recently freed first.
 - Allocation failure is a return value (``None``), never an exception.
+- A block object is made when the block is first taken
+  (:class:`~orcasim.kv.free_queue.UnusedBlocks`): the blocks never taken
+  stand as one node of the free queue, in their place, so the order is that
+  of a pool that made them all up front, and a run that uses a few blocks of
+  a large pool pays for those few.
 - Optionally block 0 is a reserved *null block* that is never allocated or
   freed (vLLM V1's placeholder).
 
@@ -25,128 +30,11 @@ counted among the free ones (:meth:`BlockPool.check`).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable
 
+from orcasim.kv.free_queue import Block, FreeBlockQueue, UnusedBlocks
 
-class Block:
-    """One physical KV block."""
-
-    __slots__ = ("block_hash", "block_id", "next_free", "prev_free", "ref_cnt")
-
-    def __init__(self, block_id: int) -> None:
-        self.block_id = block_id
-        self.ref_cnt = 0
-        self.block_hash: Hashable | None = None
-        self.prev_free: Block | None = None
-        self.next_free: Block | None = None
-
-    def __repr__(self) -> str:
-        h = "" if self.block_hash is None else f", hash={self.block_hash!r}"
-        return f"Block({self.block_id}, ref={self.ref_cnt}{h})"
-
-
-class FreeBlockQueue:
-    """Doubly linked list of free blocks, threaded through ``Block.prev_free/next_free``."""
-
-    __slots__ = ("_head", "_tail", "num_free_blocks")
-
-    def __init__(self, blocks: Iterable[Block]) -> None:
-        self._head = Block(-1)  # sentinels
-        self._tail = Block(-2)
-        self._head.next_free = self._tail
-        self._tail.prev_free = self._head
-        prev = self._head
-        n = 0
-        for b in blocks:  # linked in one pass, as appending each in turn
-            prev.next_free = b
-            b.prev_free = prev
-            prev = b
-            n += 1
-        prev.next_free = self._tail
-        self._tail.prev_free = prev
-        self.num_free_blocks = n
-
-    def __len__(self) -> int:
-        return self.num_free_blocks
-
-    def popleft(self) -> Block:
-        """Remove and return the first (next to evict) block; IndexError if empty."""
-        b = self._head.next_free
-        if b is self._tail or b is None:
-            raise IndexError("no free blocks")
-        self._unlink(b)
-        return b
-
-    def popleft_n(self, n: int) -> list[Block]:
-        """Remove and return the first ``n`` blocks (the caller checks there are enough)."""
-        if n > self.num_free_blocks:
-            raise IndexError("no free blocks")
-        head = self._head
-        out = []
-        b = head.next_free
-        for _ in range(n):
-            out.append(b)
-            nxt = b.next_free  # type: ignore[union-attr]
-            b.prev_free = b.next_free = None  # type: ignore[union-attr]
-            b = nxt
-        head.next_free = b
-        b.prev_free = head  # type: ignore[union-attr]
-        self.num_free_blocks -= n
-        return out  # type: ignore[return-value]
-
-    def remove(self, block: Block) -> None:
-        """Remove ``block`` from the middle of the queue in O(1)."""
-        if block.prev_free is None or block.next_free is None:
-            raise ValueError(f"{block!r} is not in the free queue")
-        self._unlink(block)
-
-    def _unlink(self, b: Block) -> None:
-        prev, nxt = b.prev_free, b.next_free
-        prev.next_free = nxt  # type: ignore[union-attr]
-        nxt.prev_free = prev  # type: ignore[union-attr]
-        b.prev_free = b.next_free = None
-        self.num_free_blocks -= 1
-
-    def append(self, block: Block) -> None:
-        """Put ``block`` at the tail (evicted last)."""
-        last = self._tail.prev_free
-        last.next_free = block  # type: ignore[union-attr]
-        block.prev_free = last
-        block.next_free = self._tail
-        self._tail.prev_free = block
-        self.num_free_blocks += 1
-
-    def append_n(self, blocks: list[Block]) -> None:
-        """Put ``blocks`` at the tail in their order (as :meth:`append` of each in turn)."""
-        tail = self._tail
-        last = tail.prev_free
-        for b in blocks:
-            last.next_free = b  # type: ignore[union-attr]
-            b.prev_free = last
-            last = b
-        last.next_free = tail  # type: ignore[union-attr]
-        tail.prev_free = last
-        self.num_free_blocks += len(blocks)
-
-    def prepend_n(self, blocks: list[Block]) -> None:
-        """Put ``blocks`` at the head, in their order (``blocks[0]`` is evicted first)."""
-        if not blocks:
-            return
-        prev = self._head
-        first = prev.next_free
-        for b in blocks:
-            prev.next_free = b
-            b.prev_free = prev
-            prev = b
-        prev.next_free = first
-        first.prev_free = prev  # type: ignore[union-attr]
-        self.num_free_blocks += len(blocks)
-
-    def __iter__(self) -> Iterator[Block]:
-        b = self._head.next_free
-        while b is not None and b is not self._tail:
-            yield b
-            b = b.next_free
+__all__ = ["Block", "BlockPool", "FreeBlockQueue", "UnusedBlocks"]
 
 
 class BlockPool:
@@ -167,8 +55,9 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_caching = enable_caching
-        self.blocks = list(map(Block, range(num_blocks)))  # (no comprehension frame)
-        self.free_queue = FreeBlockQueue(self.blocks)
+        # blocks are made as they are first taken (the free queue takes them from here)
+        self._unused = UnusedBlocks(num_blocks)
+        self.free_queue = self._new_free_queue(self._unused)
         self.null_block: Block | None = self.free_queue.popleft() if null_block else None
         # content hash -> {block id: block}; lookups return the first cached.
         # Identical content computed twice stays in two blocks (block tables
@@ -179,7 +68,23 @@ class BlockPool:
         #: it computed from them, such as a refused allocation, while it stays the same)
         self.version = 0
 
+    def _new_free_queue(self, unused: UnusedBlocks) -> FreeBlockQueue:
+        """The free queue of a new pool: every block, in id order, none made yet."""
+        return FreeBlockQueue((), unused)
+
     # -- queries ------------------------------------------------------------
+    @property
+    def blocks(self) -> list[Block]:
+        """Every block, at its id (those never taken are made now, in their place)."""
+        self.free_queue.make_all()
+        return self._unused.blocks
+
+    @property
+    def made_blocks(self) -> list[Block]:
+        """The blocks made so far, at their ids: every block that was ever taken (a block
+        that was not is free, with no content)."""
+        return self._unused.blocks
+
     @property
     def num_free_blocks(self) -> int:
         """Blocks that can be allocated now, including cached-but-unreferenced ones."""
@@ -323,7 +228,7 @@ class BlockPool:
         """Forget every cached hash held by a free block; returns how many were dropped."""
         n = 0
         self.version += 1
-        for b in self.free_queue:
+        for b in self.free_queue.made():  # (a block never taken has no content)
             if b.block_hash is not None:
                 self._evict(b)
                 n += 1
@@ -331,12 +236,16 @@ class BlockPool:
 
     def check(self) -> None:
         """Assert the pool's invariants (for tests): counts add up, the queue is consistent."""
-        free = list(self.free_queue)
-        assert len(free) == self.free_queue.num_free_blocks, "free count drifted"
+        queue = self.free_queue
+        free = list(queue.made())  # (without making the blocks never taken)
+        unused = self._unused
+        assert len(free) + unused.left == queue.num_free_blocks, "free count drifted"
         assert all(b.ref_cnt == 0 for b in free), "a referenced block is in the free queue"
         assert len({b.block_id for b in free}) == len(free), "a block is queued twice"
-        held = [b for b in self.blocks if b.ref_cnt > 0 and b is not self.null_block]
-        assert len(free) + len(held) == self.num_usable_blocks, "free + held != pool size"
+        assert all(b.block_id == i for i, b in enumerate(unused.blocks)), "blocks out of order"
+        held = [b for b in unused.blocks if b.ref_cnt > 0 and b is not self.null_block]
+        assert len(free) + unused.left + len(held) == self.num_usable_blocks, \
+            "free + held != pool size"
         for h, blocks in self.cached.items():
             assert blocks, "empty cache entry"
             for bid, b in blocks.items():

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from orcasim.kv.block_pool import Block
+from orcasim.kv.free_queue import SPILL_AT_LEAST, Block, UnusedBlocks
 
 
 class BlockStack:
@@ -19,15 +19,35 @@ class BlockStack:
     caching has no block with content, so it only ever takes blocks from the
     head and puts freed ones back at the head: its queue is a stack. Given the
     same calls, the order is :class:`FreeBlockQueue`'s (``prev_free`` and
-    ``next_free`` stay unused).
+    ``next_free`` stay unused). The blocks never taken (``unused``) come after
+    those in the list, in id order, and are made as they are taken (all of
+    them before a block goes to the tail).
     """
 
-    __slots__ = ("blocks", "num_free_blocks")
+    __slots__ = ("_unused", "blocks", "num_free_blocks")
 
-    def __init__(self, blocks: Iterable[Block]) -> None:
+    def __init__(self, blocks: Iterable[Block], unused: UnusedBlocks | None = None) -> None:
         self.blocks: list[Block] = list(blocks)
         self.blocks.reverse()
-        self.num_free_blocks = len(self.blocks)
+        self._unused = unused
+        self.num_free_blocks = len(self.blocks) + (unused.left if unused is not None else 0)
+
+    def _fill(self, n: int) -> None:
+        """Make unused blocks until the list holds ``n``, :data:`SPILL_AT_LEAST` at least
+        (or every block is made)."""
+        unused = self._unused
+        k = n - len(self.blocks)
+        if k > 0 and unused is not None and unused.left:
+            if k < SPILL_AT_LEAST:
+                k = SPILL_AT_LEAST
+            new = unused.take(k if k < unused.left else unused.left)
+            new.reverse()
+            self.blocks[:0] = new
+
+    def make_all(self) -> None:
+        """Make every block not made yet, in its place in the queue."""
+        if self._unused is not None:
+            self._fill(self.num_free_blocks)
 
     def __len__(self) -> int:
         return self.num_free_blocks
@@ -35,7 +55,9 @@ class BlockStack:
     def popleft(self) -> Block:
         """Remove and return the first (next to evict) block; IndexError if empty."""
         if not self.blocks:
-            raise IndexError("no free blocks")
+            self._fill(1)
+            if not self.blocks:
+                raise IndexError("no free blocks")
         self.num_free_blocks -= 1
         return self.blocks.pop()
 
@@ -45,6 +67,9 @@ class BlockStack:
             raise IndexError("no free blocks")
         stack = self.blocks
         k = len(stack) - n
+        if k < 0:
+            self._fill(n)
+            k = len(stack) - n
         out = stack[k:]
         del stack[k:]
         out.reverse()
@@ -62,6 +87,7 @@ class BlockStack:
 
     def append(self, block: Block) -> None:
         """Put ``block`` at the tail (evicted last)."""
+        self.make_all()
         self.blocks.insert(0, block)
         self.num_free_blocks += 1
 
@@ -99,6 +125,8 @@ class BlockStack:
     def deal(self, tables: dict[int, list[Block]], reqs: list[Any]) -> None:
         """One block from the head to the table of each request of ``reqs`` in turn (the
         caller checks there are enough), its reference count 1."""
+        if len(reqs) > len(self.blocks):
+            self._fill(len(reqs))
         pop = self.blocks.pop
         for req in reqs:
             b = pop()
@@ -106,5 +134,10 @@ class BlockStack:
             tables[req.id].append(b)
         self.num_free_blocks -= len(reqs)
 
+    def made(self) -> Iterator[Block]:
+        """The free blocks made so far, head first (those never taken left out)."""
+        return iter(self.blocks[::-1])
+
     def __iter__(self) -> Iterator[Block]:
+        self.make_all()
         return iter(self.blocks[::-1])

@@ -187,9 +187,9 @@ class BlockManager:
             assert len(t.blocks) == cdiv(t.num_tokens, self.block_size), "table size != tokens"
             for b in t.blocks:
                 owners[b.block_id] = owners.get(b.block_id, 0) + 1
-        for b in pool.blocks:
+        for b in pool.made_blocks:  # (a block never taken is free)
             if b is not pool.null_block:
                 assert b.ref_cnt == owners.get(b.block_id, 0), f"{b!r}: ref count != owners"
-        cached_free = sum(1 for b in pool.free_queue if b.block_hash is not None)
+        cached_free = sum(1 for b in pool.free_queue.made() if b.block_hash is not None)
         free_plain = pool.num_free_blocks - cached_free
         assert free_plain + len(owners) + cached_free == pool.num_usable_blocks

@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from itertools import islice
 from typing import Any
 
-from orcasim.kv.block_pool import Block, BlockPool
+from orcasim.kv.block_pool import Block, BlockPool, FreeBlockQueue, UnusedBlocks
 from orcasim.kv.block_stack import BlockStack
 from orcasim.kv.block_table import cdiv
 from orcasim.kv.hashing import BlockHasher, unique_block_id
@@ -48,12 +48,10 @@ class ReuseFirstBlockPool(BlockPool):
     Without prefix caching, the free queue is a :class:`~orcasim.kv.block_stack.BlockStack`.
     """
 
-    def __init__(self, num_blocks: int, block_size: int = 16, *, enable_caching: bool = True,
-                 null_block: bool = False) -> None:
-        super().__init__(num_blocks, block_size, enable_caching=enable_caching,
-                         null_block=null_block)
-        if not enable_caching:
-            self.free_queue = BlockStack(self.free_queue)  # type: ignore[assignment]
+    def _new_free_queue(self, unused: UnusedBlocks) -> FreeBlockQueue:
+        if not self.enable_caching:
+            return BlockStack((), unused)  # type: ignore[return-value]
+        return FreeBlockQueue((), unused)
 
     def free_blocks(self, ordered: Iterable[Block]) -> None:
         # as drop_refs, then the freed blocks without content linked in at the head (in
@@ -355,8 +353,11 @@ class KVCacheManager:
             queue.deal(tables, reqs)
             return True
         head = queue._head
+        unused = queue._unused_node
         b = head.next_free
         for req in reqs:
+            if b is unused:  # the blocks never taken: made now, in their place
+                b = queue.spill(n)
             tables[req.id].append(b)
             nxt = b.next_free  # type: ignore[union-attr]
             b.prev_free = b.next_free = None  # type: ignore[union-attr]

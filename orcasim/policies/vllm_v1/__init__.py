@@ -272,34 +272,29 @@ class VllmV1(VllmRuns, LazyDecode, Scheduling, Admission, Output, TokenPolicy):
             "prefix_cache_hit_rate": self.num_prefix_hit_tokens / total if total else 0.0,
         }
 
-    def ready_plan(self) -> StepPlan | None:  # type: ignore[override]
-        """The next step's plan when the decision needs no wait (the engine's fast path).
-
-        ``None``: the decision waits on an event (or the run is over), and
-        :meth:`next_step` carries it on from where it stopped.
-        """
-        self._num_empty = 0
-        plan = self._decide()
-        self._resume = plan is None
-        return plan
-
     def next_step(self) -> Generator[simpy.Event, Any, StepPlan | None]:
         if not self._resume:  # a decision not begun by ready_plan
-            self._num_empty = 0
-            plan = self._decide()
+            plan = self.ready_plan()
             if plan is not None:
                 return plan
         self._resume = False
         while self._wait_on is not None:
             yield self._wait_on
-            plan = self._decide()
+            plan = self.ready_plan(False)
             if plan is not None:
                 return plan
         return None
 
-    def _decide(self) -> StepPlan | None:
-        """Schedule until a step has a plan; ``None``: wait on ``_wait_on`` first (``None``:
-        nothing is left to run). vLLM's engine loop with its batch queue."""
+    def ready_plan(self, fresh: bool = True) -> StepPlan | None:  # type: ignore[override]
+        """The next step's plan when the decision needs no wait (the engine's fast path):
+        schedule until a step has a plan, as vLLM's engine loop with its batch queue.
+
+        ``None``: the decision waits on ``_wait_on`` first (``None``: nothing is
+        left to run), and :meth:`next_step` carries it on from where it stopped
+        (``fresh`` False: a decision carried on).
+        """
+        if fresh:
+            self._num_empty = 0
         ctx = self.ctx
         queue = self._queue
         if self._lazy:  # synchronous, no observer: nothing is in flight between decisions
@@ -316,6 +311,7 @@ class VllmV1(VllmRuns, LazyDecode, Scheduling, Admission, Output, TokenPolicy):
                 while queue:
                     self._update(queue.pop())
                 self._wait_on = None
+                self._resume = fresh
                 return None
             if self.running or ctx.waiting or self._finished_since_schedule:  # has requests
                 self._scheduled_at = ctx.env._now
@@ -352,9 +348,11 @@ class VllmV1(VllmRuns, LazyDecode, Scheduling, Admission, Output, TokenPolicy):
                         "nothing is in flight and nothing fits")
                 if stuck:  # only an arrival can change anything
                     self._wait_on = ctx.arrival
+                    self._resume = fresh
                     return None
             elif not queue:
                 self._wait_on = ctx.arrival
+                self._resume = fresh
                 return None
             else:
                 self._update(queue.pop())

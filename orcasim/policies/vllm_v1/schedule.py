@@ -349,5 +349,12 @@ class Scheduling(PolicyState):
                 num_emits += 1
             if n == 1 and computed >= num_prompt:
                 num_decode += 1
+        if preempted or budget <= 0 or not self.ctx.waiting or len(running) >= self._limits[4]:
+            # nobody can be admitted: the step's output, as _admit_fcfs would make it
+            self._finished_since_schedule = False
+            out = StepOutput(entries, preempted, self._arrivals, num_tokens + num_lazy,
+                             num_decode, num_emits + num_lazy)
+            self._arrivals = []
+            return out
         return self._admit_fcfs(budget, threshold, entries, preempted, num_tokens + num_lazy,
                                 num_emits + num_lazy, num_decode)
