@@ -59,6 +59,10 @@ class TokenMemory:
         #: after a run of decode steps, the running requests that need a block at the next
         #: boundary (:class:`~orcasim.policies.token_mem_runs.MemoryRuns`)
         self.needy: list[Request] = []
+        #: the policy's decode pool under memory (MemoryRuns.bind), or None: in a paged pool a
+        #: :class:`~orcasim.policies.growing_pool.GrowingPool`, whose members take their blocks
+        #: by phase (then nobody is noted in :attr:`needy`)
+        self.pool: Any = None
 
     def misfit(self, req: Request) -> str | None:
         """Why ``req`` could never finish in this pool, or None."""
@@ -84,7 +88,11 @@ class TokenMemory:
     def grow_after_run(self) -> bool:
         """Right after a run, before the batch changed: give each running request that needs
         one a block for its next token, if the free blocks cover them all (then the order
-        in which they take them changes nothing); False, changing nothing, if not."""
+        in which they take them changes nothing); False, changing nothing, if not (the
+        decode pool, if any, is emptied: each request then takes its block in turn)."""
+        pool = self.pool
+        if pool is not None and self.kv.paged:
+            return bool(pool.grow_now(self.kv))
         needy = self.needy
         if not needy:
             return True
@@ -98,6 +106,8 @@ class TokenMemory:
 
     def swap_out(self, req: Request) -> bool:
         """Move ``req``'s blocks to the swap space (True), or False when it is full."""
+        if self.pool is not None:
+            self.pool.leave(req)  # (its counters up to date: it keeps them while swapped)
         secs = self.kv.swap_out(req)
         if secs is None:
             return False
