@@ -94,26 +94,35 @@ def test_blocks_by_phase_equal_blocks_one_by_one(block_size, seed):
     assert rid > 100
 
 
-def test_a_round_the_free_blocks_do_not_cover_empties_the_pool():
-    """Then each member takes its block in the step rule's order (preempting as it must):
-    the pool hands its members back up to date and takes nothing."""
-    alloc = PagedAllocator(MemoryLayout(allocator="paged", num_blocks=4, block_size=4,
+def test_a_round_the_free_blocks_do_not_cover_is_left_to_the_step_rule():
+    """The members due have their counters written (the step rule's own pass gives each
+    its block, preempting as it must) and stay members until the next boundary's pass."""
+    alloc = PagedAllocator(MemoryLayout(allocator="paged", num_blocks=5, block_size=4,
                                         bytes_per_token=None, max_model_len=None,
                                         num_swap_blocks=0, pcie_bandwidth=1.0))
     pool = GrowingPool(alloc)
     reqs = []
-    for rid in range(2):
-        req = Request(rid, 0.0, 3, 20)
+    for rid, output in enumerate((7, 20)):  # the first's footprint: 3 + 7 - 1 = 9 tokens
+        req = Request(rid, 0.0, 3, output)
         req.num_output_tokens = 1
         req.num_computed_tokens = 3  # holds one block, full after its next step
         assert alloc.allocate_tokens(req, 4)
         reqs.append(req)
     pool.join_all(reqs)
     kv = SimpleNamespace(peak_allocated=0)
-    done, _ = pool.end_run(1, 1.0, [])  # both now need a second block: two are free
-    assert not done and pool.grow_now(kv) and alloc.num_free_blocks == 0
-    pool.end_run(4, 2.0, [])  # a third each, none free
+    done, _ = pool.end_run(1, 1.0, [])  # both now need a second block: three are free
+    assert not done and pool.grow_now(kv) and alloc.num_free_blocks == 1
+    pool.end_run(4, 2.0, [])  # a third each (the first's final one), one free
     assert not pool.grow_now(kv)
-    assert pool.size == 0 and not pool.phase_of
-    assert [r.num_computed_tokens for r in reqs] == [8, 8]
-    assert [alloc.held[r.id] for r in reqs] == [2, 2] and alloc.num_free_blocks == 0
+    assert pool.size == 2 and pool.exact_round == pool.steps == 5
+    assert [(r.num_computed_tokens, r.num_output_tokens) for r in reqs] == [(8, 6), (8, 6)]
+    assert [alloc.held[r.id] for r in reqs] == [2, 2] and alloc.num_free_blocks == 1
+    pool.settle()  # (the step rule's pass at this boundary: the pool stays)
+    assert pool.size == 2
+    assert alloc.allocate_tokens(reqs[0], 9)  # (its final block, in that pass)
+    assert alloc._internal == {0: 3}
+    assert pool.due_at(9) == 1  # (the other only: it takes no other block)
+    done, _ = pool.end_run(1, 3.0, [])  # its last token
+    assert done == [reqs[0]] and reqs[0].num_output_tokens == 7 and pool.phase_of == {1: 1}
+    pool.settle()  # (a later boundary's pass: the pool is emptied, up to date)
+    assert pool.size == 0 and reqs[1].num_computed_tokens == 9

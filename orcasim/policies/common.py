@@ -207,8 +207,8 @@ class BatchPolicy(PooledPlans, TokenPolicy):
                 return scheduled, budget - decoding[1]
             self.decoding = None
         if pool is not None and pool.size and mem is not None:
-            pool.clear()  # (each request's memory is checked below: its counters as they are)
-        if pool is not None and pool.size and self._fifo and pool.size <= budget:
+            mem.settle()  # (the pool's members as the memory checks below read them)
+        if pool is not None and pool.size and mem is None and self._fifo and pool.size <= budget:
             # in admission order the pool's members come first, and each decodes
             p = pool.size
             scheduled = pool.entries.copy()

@@ -31,17 +31,21 @@ from orcasim.request import Request
 class GrowingPool(DecodePool):
     """:class:`DecodePool` whose members' paged blocks grow by phase (see the module)."""
 
-    __slots__ = ("alloc", "bs", "phase_of", "phases")
+    __slots__ = ("alloc", "bs", "exact_round", "phase_of", "phases")
 
     def __init__(self, alloc: PagedAllocator) -> None:
         super().__init__()
         self.alloc = alloc
         self.bs = bs = alloc.block_size
         #: by phase: request id -> (its first round, its final block count, that block's
-        #: unused tail), for the members that have not taken their final block
-        self.phases: list[dict[int, tuple[int, int, int]]] = [{} for _ in range(bs)]
+        #: unused tail, the member), for the members that have not taken their final block
+        #: in a round (one that took it in the step rule's own pass leaves at its next one)
+        self.phases: list[dict[int, tuple[int, int, int, Request]]] = [{} for _ in range(bs)]
         #: request id -> its phase, for the members in one
         self.phase_of: dict[int, int] = {}
+        #: the round that :meth:`grow_now` left to the step rule, its members due written
+        #: (then :meth:`settle` keeps the pool), or -1
+        self.exact_round = -1
 
     # -- membership -------------------------------------------------------------
     def _grows(self, req: Request) -> None:
@@ -56,7 +60,7 @@ class GrowingPool(DecodePool):
             return
         first = self.steps + h * bs - req.num_computed_tokens
         phase = first % bs
-        self.phases[phase][req.id] = (first, final, final * bs - footprint)
+        self.phases[phase][req.id] = (first, final, final * bs - footprint, req)
         self.phase_of[req.id] = phase
 
     def _stops(self, rid: int) -> None:
@@ -91,6 +95,7 @@ class GrowingPool(DecodePool):
 
     def clear(self) -> None:
         super().clear()
+        self.exact_round = -1
         if self.phase_of:
             for phase in self.phases:
                 phase.clear()
@@ -100,47 +105,31 @@ class GrowingPool(DecodePool):
     def due_at(self, r: int) -> int:
         """How many members take a block at round ``r`` (a boundary where the pool will
         have taken ``r`` steps; ``r`` at or after its latest round)."""
-        bucket = self.phases[r % self.bs]
-        n = len(bucket)
-        if n:
-            for first, _, _ in bucket.values():
-                if first > r:
-                    n -= 1
+        held = self.alloc.held
+        n = 0
+        for rid, (first, final, _, _) in self.phases[r % self.bs].items():
+            if first <= r and held[rid] < final:
+                n += 1
         return n
 
     def take(self, r: int) -> tuple[int, int]:
         """Round ``r``: each member due takes a block (``held``); those that take their
         final block leave their phase. Returns the blocks taken and the internal slots
         that appear (the allocator's free count and aggregates are the caller's)."""
-        bucket = self.phases[r % self.bs]
-        if not bucket:
-            return 0, 0
-        held = self.alloc.held
-        taken = tails = 0
-        done: list[int] = []
-        for rid, (first, final, tail) in bucket.items():
-            if first > r:
-                continue
-            h = held[rid] + 1
-            held[rid] = h
-            taken += 1
-            if h >= final:
-                done.append(rid)
-                self.alloc._internal[rid] = tail
-                tails += tail
-        for rid in done:
-            del bucket[rid]
-            del self.phase_of[rid]
-        return taken, tails
+        grow, tails = [0, 0], [0, 0]
+        self._rounds(r - 1, grow, tails)
+        return grow[1], tails[1]
 
     def rounds(self, grow: list[int], tails: list[int]) -> None:
         """The rounds of a run of ``len(grow)`` steps from the pool's current step ``S``
         (its boundaries ``S + 1`` to ``S + len(grow) - 1``): add each one's blocks taken
         and internal slots to ``grow[s]`` and ``tails[s]`` (:meth:`take` of each)."""
+        if self.phase_of:
+            self._rounds(self.steps, grow, tails)
+
+    def _rounds(self, steps: int, grow: list[int], tails: list[int]) -> None:
         phase_of = self.phase_of
-        if not phase_of:
-            return
-        phases, bs, steps = self.phases, self.bs, self.steps
+        phases, bs = self.phases, self.bs
         alloc = self.alloc
         held, internal = alloc.held, alloc._internal
         for s in range(1, len(grow)):
@@ -150,19 +139,22 @@ class GrowingPool(DecodePool):
                 continue
             taken = t = 0
             done = None
-            for rid, (first, final, tail) in bucket.items():
+            for rid, (first, final, tail, _) in bucket.items():
                 if first > r:
                     continue
-                h = held[rid] + 1
-                held[rid] = h
-                taken += 1
-                if h >= final:  # its final block
-                    internal[rid] = tail
+                h = held[rid]
+                if h < final:
+                    h += 1
+                    held[rid] = h
+                    taken += 1
+                    if h < final:
+                        continue
+                    internal[rid] = tail  # its final block, taken now
                     t += tail
-                    if done is None:
-                        done = [rid]
-                    else:
-                        done.append(rid)
+                if done is None:
+                    done = [rid]
+                else:
+                    done.append(rid)
             if done is not None:
                 for rid in done:
                     del bucket[rid]
@@ -174,15 +166,24 @@ class GrowingPool(DecodePool):
         """The round at the boundary right after a run (the pool's current step), on
         ``kv`` (the :class:`~orcasim.kv.pool.KVPool` of :attr:`alloc`): if the free blocks
         cover every member due, each takes its block (the order changes nothing) and True;
-        else the pool is emptied, its members up to date, and False (each request then
-        takes its block in the step rule's order, preempting as it must)."""
+        else False, having written the counters of the members due (they stay members):
+        each running request then takes its block in the step rule's own pass, in its order,
+        preempting as it must, and that pass reads a member not due as it joined (a decode
+        whose blocks cover its next token either way); see :meth:`settle`."""
         r = self.steps
         bucket = self.phases[r % self.bs]
         if not bucket:
             return True
         alloc = self.alloc
         if len(bucket) > alloc.num_free_blocks and self.due_at(r) > alloc.num_free_blocks:
-            self.clear()
+            members, held = self.members, alloc.held
+            for rid, (first, final, _, req) in bucket.items():
+                if first <= r and held[rid] < final:
+                    since, seq = members[req]
+                    if since != r:
+                        self._write(req, since)
+                        members[req] = (r, seq)
+            self.exact_round = r
             return False
         taken, tails = self.take(r)
         alloc.num_free_blocks -= taken
@@ -191,3 +192,10 @@ class GrowingPool(DecodePool):
         if a > kv.peak_allocated:
             kv.peak_allocated = a
         return True
+
+    def settle(self) -> None:
+        """Before the step rule's own pass over the running requests: the pool stays as it
+        is when that pass gives the blocks of the round :meth:`grow_now` left to it (every
+        running request a member); otherwise it is emptied, its members up to date."""
+        if self.exact_round != self.steps:
+            self.clear()

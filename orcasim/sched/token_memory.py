@@ -104,6 +104,17 @@ class TokenMemory:
             kv.try_allocate(req, req.num_computed_tokens + 1)
         return True
 
+    def settle(self) -> None:
+        """Before the step rule's own pass over the running requests, which checks each
+        one's memory: the decode pool's members as that pass reads them (in a paged pool
+        see ``GrowingPool.settle``; otherwise it is emptied, its members up to date)."""
+        pool = self.pool
+        if pool is not None:
+            if self.kv.paged:
+                pool.settle()
+            else:
+                pool.clear()
+
     def swap_out(self, req: Request) -> bool:
         """Move ``req``'s blocks to the swap space (True), or False when it is full."""
         if self.pool is not None:
