@@ -116,9 +116,33 @@ class GrowingPool(DecodePool):
         """Round ``r``: each member due takes a block (``held``); those that take their
         final block leave their phase. Returns the blocks taken and the internal slots
         that appear (the allocator's free count and aggregates are the caller's)."""
-        grow, tails = [0, 0], [0, 0]
-        self._rounds(r - 1, grow, tails)
-        return grow[1], tails[1]
+        bucket = self.phases[r % self.bs]
+        alloc = self.alloc
+        held = alloc.held
+        taken = tails = 0
+        done = None
+        for rid, (first, final, tail, _) in bucket.items():
+            if first > r:
+                continue
+            h = held[rid]
+            if h < final:
+                h += 1
+                held[rid] = h
+                taken += 1
+                if h < final:
+                    continue
+                alloc._internal[rid] = tail  # its final block, taken now
+                tails += tail
+            if done is None:
+                done = [rid]
+            else:
+                done.append(rid)
+        if done is not None:
+            phase_of = self.phase_of
+            for rid in done:
+                del bucket[rid]
+                del phase_of[rid]
+        return taken, tails
 
     def rounds(self, grow: list[int], tails: list[int]) -> None:
         """The rounds of a run of ``len(grow)`` steps from the pool's current step ``S``

@@ -73,11 +73,9 @@ class PooledMemoryRuns(MemoryRuns):
         pool, rest = self._rest(plan)
         held = alloc.held
         firsts = sorted(held[r.id] * bs - r.num_computed_tokens - n + 1 for r, n in rest)
-        if pool is not None:
-            phases, steps = pool.phases, pool.steps
-            due = [len(phases[(steps + j) % bs]) for j in range(bs)]
-        else:
-            due = [0] * bs
+        due = [0] * bs  # the other requests growing at a boundary, by its phase
+        phases = pool.phases if pool is not None else None
+        steps = pool.steps if pool is not None else 0
         i = 0
         m = len(firsts)
         taken = 0
@@ -86,6 +84,8 @@ class PooledMemoryRuns(MemoryRuns):
                 due[firsts[i] % bs] += 1
                 i += 1
             taken += due[j % bs]
+            if phases is not None:
+                taken += len(phases[(steps + j) % bs])
             if taken > free:
                 return j
         return left
