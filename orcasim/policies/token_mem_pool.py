@@ -11,12 +11,16 @@ are taken by phase (:class:`~orcasim.policies.growing_pool.GrowingPool` in a
 paged pool): only the members that take a block at a boundary, finish, join
 or leave are touched. The requests of a run's first step that are not
 members (newcomers, requests back from a preemption) take their blocks as in
-the plain pass, then join the pool. A boundary that the free blocks do not
-cover, or any step decided on its own, empties the pool first (its members'
-counters written; their blocks are always up to date), so the step rule sees
-every request as it is. ``tests/test_token_memory_runs.py`` compares runs
-with step-by-step simulation with the pool and without it
-(``MemoryRuns.pooled = False``).
+the plain pass, then join the pool. The members' blocks are always up to
+date; their token counters are written when something reads them, as without
+memory. A boundary whose growth the free blocks do not cover writes the
+counters of the members due and leaves their blocks to the step rule's own
+pass (:meth:`~orcasim.policies.growing_pool.GrowingPool.grow_now`); any other
+pass of the step rule over the running requests, and a step decided on its
+own, empty the pool first. With the pool a step right after a run is a run of
+one step wherever it cannot start a longer one (:meth:`MemoryRuns.decode_run`).
+``tests/test_token_memory_runs.py`` compares runs with step-by-step
+simulation with the pool and without it (``MemoryRuns.pooled = False``).
 """
 
 from __future__ import annotations

@@ -88,8 +88,9 @@ class TokenMemory:
     def grow_after_run(self) -> bool:
         """Right after a run, before the batch changed: give each running request that needs
         one a block for its next token, if the free blocks cover them all (then the order
-        in which they take them changes nothing); False, changing nothing, if not (the
-        decode pool, if any, is emptied: each request then takes its block in turn)."""
+        in which they take them changes nothing); False, changing nothing, if not: each
+        then takes its block in the step rule's own pass (a decode pool's members due have
+        their counters written for it: ``GrowingPool.grow_now``)."""
         pool = self.pool
         if pool is not None and self.kv.paged:
             return bool(pool.grow_now(self.kv))
