@@ -144,3 +144,73 @@ def test_the_pool_at_each_boundary_after_a_run_is_the_step_by_step_one(monkeypat
     assert len(seen[True]) < len(seen[False]) * 0.6  # runs skipped most boundaries
     for t, state in seen[True].items():
         assert seen[False][t] == state, t
+
+
+#: the policies whose running requests decode together in a decode pool under memory
+POOLED = {"fcfs", "sarathi", "sarathi-no-chunks", "priority-preempt", "srpt",
+          "srpt-true-lengths", "sjf", "edf"}
+
+
+@pytest.fixture
+def pooled_runs(monkeypatch) -> list[int]:
+    """The runs completed with decode pool members among their requests."""
+    from orcasim.policies.token_mem_pool import PooledMemoryRuns
+
+    count = [0]
+    complete = PooledMemoryRuns.complete_pooled
+
+    def spy(self, plan, ends):
+        noted, m, _ = self.policy._pooled
+        count[0] += noted is plan and m > 0
+        complete(self, plan, ends)
+
+    monkeypatch.setattr(PooledMemoryRuns, "complete_pooled", spy)
+    return count
+
+
+@pytest.mark.parametrize("memory", ["ample", "tight", "tight-small-blocks", "swap", "oracle"])
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_runs_with_and_without_the_decode_pool_equal_per_step_simulation(
+        name, memory, monkeypatch, pooled_runs):
+    """Under memory the running requests decode together in a decode pool where the policy
+    allows one (their blocks taken by phase); with ``MemoryRuns.pooled`` off each run's end
+    is a pass over them. Both are step-by-step simulation, bit for bit."""
+    over = scenario(name, memory, 30.0)
+    slow, fast = run_both(over, n=300, variant=None)
+    assert_identical(slow, fast)
+    if name in POOLED:
+        assert pooled_runs[0] > 20
+    else:
+        assert pooled_runs[0] == 0
+    monkeypatch.setattr(MemoryRuns, "pooled", False)
+    before = pooled_runs[0]
+    _, unpooled = run_both(over, n=300, variant=None)
+    assert_identical(slow, unpooled)
+    assert pooled_runs[0] == before
+
+
+@pytest.mark.parametrize("name", ["sarathi", "srpt", "priority-preempt"])
+@pytest.mark.parametrize("memory", ["tight", "swap"])
+def test_the_blocks_at_each_boundary_with_the_decode_pool(monkeypatch, name, memory):
+    """With the decode pool the allocator's blocks per request, free count, internal
+    fragmentation and peak are those of step-by-step simulation at every boundary."""
+    from orcasim.engine import Engine
+    from orcasim.policies.common import BatchPolicy
+
+    seen: dict[bool, dict[float, tuple]] = {False: {}, True: {}}
+    plan = BatchPolicy.next_step
+
+    def spy(self):
+        kv = self.ctx.kv
+        alloc = kv.alloc
+        seen[Engine.fast_paths].setdefault(self.ctx.env.now, (
+            alloc.num_free_blocks, sorted(alloc.held.items()), alloc.internal_slots,
+            sorted(alloc._internal.items()), kv.peak_allocated))
+        return (yield from plan(self))
+
+    monkeypatch.setattr(BatchPolicy, "next_step", spy)
+    slow, fast = run_both(scenario(name, memory, 30.0), n=300, variant=None)
+    assert_identical(slow, fast)
+    assert len(seen[True]) < len(seen[False]) * 0.8
+    for t, state in seen[True].items():
+        assert seen[False][t] == state, t

@@ -89,19 +89,19 @@ class BatchPolicy(PooledPlans, TokenPolicy):
         self._left: tuple[StepPlan | None, int] = (None, 0)  # make_plan's steps_left
         #: schedule_running's list whose first entries decode: (list, entries, KV, steps left)
         self._decodes: tuple[list[tuple[Request, int]], int, int, int] | None = None
+        #: whether running requests get tokens in admission order (then the pool's members,
+        #: the running requests of the latest run, are the first ones)
+        self._fifo = (cls.order is BatchPolicy.order
+                      and cls.order_running is BatchPolicy.order_running)
+        #: the running requests advanced together (with a memory limit: MemoryRuns.bind's)
+        self.pool: DecodePool | None = (
+            DecodePool() if self._runs and self.mem is None and self.pool_safe() else None)
         if not self._runs:  # step by step: spare the engine the ask
             self.decode_run = None  # type: ignore[assignment]
         elif self.mem is not None:  # runs whose memory is settled, where they apply
             MemoryRuns.bind(self)
         if self.mem is not None or cls.next_step is not BatchPolicy.next_step:
             self.ready_plan = None  # type: ignore[assignment]
-        #: whether running requests get tokens in admission order (then the pool's members,
-        #: the running requests of the latest run, are the first ones)
-        self._fifo = (cls.order is BatchPolicy.order
-                      and cls.order_running is BatchPolicy.order_running)
-        #: the running requests advanced together (runs without a memory limit)
-        self.pool: DecodePool | None = (
-            DecodePool() if self._runs and self.mem is None and self.pool_safe() else None)
 
     def pool_safe(self) -> bool:
         """Whether the step rule may see the running requests that decode together as they
@@ -192,8 +192,7 @@ class BatchPolicy(PooledPlans, TokenPolicy):
         """The running requests' tokens this step, within ``budget``; the budget left."""
         chunk = self.chunked
         mem = self.mem
-        held = mem.held if mem is not None else None
-        bs = mem.kv.block_size if mem is not None else 0
+        held, bs = (mem.held, mem.kv.block_size) if mem is not None else (None, 0)
         decoding = self.decoding
         pool = self.pool
         if decoding is not None:  # right after a run: every running request decodes
@@ -207,13 +206,14 @@ class BatchPolicy(PooledPlans, TokenPolicy):
                 self._decodes = (scheduled, decoding[1], decoding[2], decoding[3])
                 return scheduled, budget - decoding[1]
             self.decoding = None
-        if pool is not None and pool.size and self._fifo and pool.size <= budget:
+        if pool is not None and pool.size and mem is not None:
+            mem.settle()  # (the pool's members as the memory checks below read them)
+        if pool is not None and pool.size and mem is None and self._fifo and pool.size <= budget:
             # in admission order the pool's members come first, and each decodes
             p = pool.size
-            running = self.running
             scheduled = pool.entries.copy()
             self._decodes = (scheduled, p, pool.kv, pool.first_finish())
-            order: Iterable[Request] = running[p:]
+            order: Iterable[Request] = self.running[p:]
             budget -= p
         else:
             scheduled = []

@@ -47,6 +47,9 @@ MIN_RUN_STEPS = 2
 class MemoryRuns:
     """``decode_run`` and ``complete_run`` of a token policy with a memory section."""
 
+    #: off: no decode pool under memory (each run's end is a pass over the running requests)
+    pooled = True
+
     def __init__(self, policy: Any) -> None:
         self.policy = policy
         mem = self.mem = policy.mem
@@ -62,6 +65,9 @@ class MemoryRuns:
         self.t0 = 0.0  # the start of the run's first step
         #: the plan decode_run offered a run after, and whether its later steps strand memory
         self.noted: tuple[StepPlan | None, bool] = (None, False)
+        #: whether the running requests decode together in the policy's decode pool
+        #: (:class:`~orcasim.policies.token_mem_pool.PooledMemoryRuns`)
+        self.pooled_runs = False
 
     @staticmethod
     def bind(policy: Any) -> None:
@@ -77,7 +83,14 @@ class MemoryRuns:
             from orcasim.policies.common import BatchPolicy
             from orcasim.policies.keyed import KeyedPolicy
 
-            runs = MemoryRuns(policy)
+            if (MemoryRuns.pooled and kind.schedule is BatchPolicy.schedule
+                    and kind.schedule_running is BatchPolicy.schedule_running
+                    and policy.pool_safe()):
+                from orcasim.policies.token_mem_pool import PooledMemoryRuns
+
+                runs: MemoryRuns = PooledMemoryRuns(policy)  # (with the policy's decode pool)
+            else:
+                runs = MemoryRuns(policy)
             runs.head_rule = (runs.paged and kind.schedule is BatchPolicy.schedule
                               and kind.schedule_running is BatchPolicy.schedule_running
                               and kind.has_room is TokenRuns.has_room
@@ -94,8 +107,14 @@ class MemoryRuns:
         if plan is None:
             return None
         mem = self.mem
+        #: with a decode pool a single step is a run of one (its end touches only what
+        #: changed): what concerns only the later boundaries of a run then caps it at one step
+        one = self.pooled_runs
+        cap = 1 << 62
         if mem.swapped or self.kv.has_getters:
-            return None
+            if not one or self.kv.has_getters:
+                return None
+            cap = 1  # (a swap-in is tried at the next boundary)
         policy = self.policy
         running = policy.running
         size = len(running)
@@ -112,18 +131,25 @@ class MemoryRuns:
                 else:
                     later = self.head_later(plan, waiting)
                     if later is None:
-                        return None
-                    stranded = later
+                        if not one:
+                            return None
+                        cap = 1
+                    stranded = bool(later)
                 # behind it in a first-come-first-served queue, an arrival waits as well
                 room = policy.preemptive or type(waiting) not in (Backlog, deque)
             elif policy.preemptive and plan.num_tokens >= self.budget:
-                return None  # (the plan spent the budget before looking at the queue)
+                if not one:
+                    return None  # (the plan spent the budget before looking at the queue)
+                cap = 1
+        least = 1 if one else MIN_RUN_STEPS
         left = policy.steps_left(plan)
-        if left < MIN_RUN_STEPS:
+        if left > cap:
+            left = cap
+        if left < least:
             return None
-        if self.paged:
+        if self.paged and left > 1:
             left = self.covered(plan, left)
-            if left < MIN_RUN_STEPS:
+            if left < least:
                 return None
         self.t0 = policy.ctx.env._now
         self.noted = (plan, stranded)
@@ -163,13 +189,18 @@ class MemoryRuns:
             return True
         if want <= free - plan.num_seqs:
             return None
+        return True if want > free - self.taken_first(plan) else None
+
+    def taken_first(self, plan: StepPlan) -> int:
+        """The blocks the running requests take at the first boundary after ``plan`` (every
+        one of them scheduled in it, nobody joining or leaving)."""
         bs = self.bs
-        held = alloc.held
-        taken = 0  # blocks taken at the first later boundary
+        held = self.alloc.held
+        taken = 0
         for r, n in plan.scheduled or ():
             if held[r.id] * bs == r.num_computed_tokens + n:
                 taken += 1
-        return True if want > free - taken else None
+        return taken
 
     def covered(self, plan: StepPlan, left: int) -> int:
         """How many steps from ``plan`` on (``left`` at most) the free blocks carry: a run
@@ -200,6 +231,10 @@ class MemoryRuns:
                 return j
         return left
 
+    def complete_pooled(self, plan: StepPlan, ends: list[float]) -> None:
+        """:meth:`complete_run` with a decode pool (a subclass's)."""
+        raise NotImplementedError
+
     def complete_run(self, plan: StepPlan, ends: list[float]) -> None:
         """``plan``, then ``len(ends) - 1`` decode steps of the same batch, ending at ``ends``.
 
@@ -207,7 +242,11 @@ class MemoryRuns:
         same pass each running request's blocks taken at the run's boundaries; then each
         step's memory row, and the last step's finishers leave. The requests that need a
         block at the next boundary are noted for it (:meth:`TokenMemory.grow_after_run`).
+        With a decode pool, :meth:`complete_pooled` instead.
         """
+        if self.pooled_runs:
+            self.complete_pooled(plan, ends)
+            return
         policy = self.policy
         kv = self.kv
         alloc = self.alloc

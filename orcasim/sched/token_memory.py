@@ -59,6 +59,10 @@ class TokenMemory:
         #: after a run of decode steps, the running requests that need a block at the next
         #: boundary (:class:`~orcasim.policies.token_mem_runs.MemoryRuns`)
         self.needy: list[Request] = []
+        #: the policy's decode pool under memory (MemoryRuns.bind), or None: in a paged pool a
+        #: :class:`~orcasim.policies.growing_pool.GrowingPool`, whose members take their blocks
+        #: by phase (then nobody is noted in :attr:`needy`)
+        self.pool: Any = None
 
     def misfit(self, req: Request) -> str | None:
         """Why ``req`` could never finish in this pool, or None."""
@@ -84,7 +88,12 @@ class TokenMemory:
     def grow_after_run(self) -> bool:
         """Right after a run, before the batch changed: give each running request that needs
         one a block for its next token, if the free blocks cover them all (then the order
-        in which they take them changes nothing); False, changing nothing, if not."""
+        in which they take them changes nothing); False, changing nothing, if not: each
+        then takes its block in the step rule's own pass (a decode pool's members due have
+        their counters written for it: ``GrowingPool.grow_now``)."""
+        pool = self.pool
+        if pool is not None and self.kv.paged:
+            return bool(pool.grow_now(self.kv))
         needy = self.needy
         if not needy:
             return True
@@ -96,8 +105,21 @@ class TokenMemory:
             kv.try_allocate(req, req.num_computed_tokens + 1)
         return True
 
+    def settle(self) -> None:
+        """Before the step rule's own pass over the running requests, which checks each
+        one's memory: the decode pool's members as that pass reads them (in a paged pool
+        see ``GrowingPool.settle``; otherwise it is emptied, its members up to date)."""
+        pool = self.pool
+        if pool is not None:
+            if self.kv.paged:
+                pool.settle()
+            else:
+                pool.clear()
+
     def swap_out(self, req: Request) -> bool:
         """Move ``req``'s blocks to the swap space (True), or False when it is full."""
+        if self.pool is not None:
+            self.pool.leave(req)  # (its counters up to date: it keeps them while swapped)
         secs = self.kv.swap_out(req)
         if secs is None:
             return False
