@@ -58,7 +58,7 @@ class SRPT(SJF):
             members = pool.members
 
             def rank(req: Request) -> Any:  # the same with the true lengths, in whole numbers
-                b = members.get(req)  # (which compare with the queue's keys as their floats)
+                b = members.get(req)  # (which compare with the queue's keys as numbers)
                 left = req.output_len - req.num_output_tokens if b is None else (
                     req.output_len - req.num_output_tokens - pool.steps + b[0])
                 return (left if left > 0 else 0, req.arrival)
@@ -83,8 +83,9 @@ class SRPT(SJF):
 
     def index_key(self, source: Any) -> Callable[[int], Any] | None:
         of_row, output, arrival = self.predict.of_row, source._output, source._arrival
-        if self.predict.sigma == 0.0:  # (of_row: the true length, at least 0)
-            return lambda i: (float(output[i]), arrival[i])
+        if self.predict.sigma == 0.0:  # (of_row: the true length, at least 0; a whole
+            # number compares as its float, and faster with the heap's other whole numbers)
+            return lambda i: (output[i], arrival[i])
         return lambda i: (max(of_row(i, output[i]) - 0, 0.0), arrival[i])  # (nothing generated)
 
     def pool_safe(self) -> bool:
