@@ -128,6 +128,20 @@ class SRPT(SJF):
             return entries.copy()
         return super().decode_entries()
 
+    def arrival_floor(self) -> Any:
+        """The least true output length of a request arriving from now on that cannot preempt
+        a running one while the batch runs unchanged (``None``: any arrival may).
+
+        With the true lengths, an arrival's key is its output length and its arrival, after
+        every running request's: it preempts only with a length below the largest remaining
+        one, which only shrinks while they decode. That largest one now is the floor.
+        """
+        if not (self._rank_is_key and self.pool is not None and self.running
+                and type(self).victim is KeyedPolicy.victim
+                and type(self).index_key is SRPT.index_key):
+            return None
+        return self.rank(self.memory_victim())[0]
+
     victim_rule = "sorted"  # (memory_victim: the kept order's last, if sorted at this boundary)
 
     def memory_victim(self) -> Request:

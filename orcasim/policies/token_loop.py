@@ -73,6 +73,9 @@ class TokenRunLoop(AfterRun):
     inline_steps = True
     #: off: the boundary after a run asks a keyed policy for its decode entries
     lean_entries = True
+    #: off: every arrival ends a run of a preemptive policy with a full batch (on: a policy's
+    #: ``arrival_floor`` lets a run go past the arrivals that cannot preempt)
+    past_arrivals = True
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -140,6 +143,16 @@ class TokenRunLoop(AfterRun):
         return (kind.ready_plan is PLAIN_RULE[0] and plain_after_run(kind)
                 and kind.schedule_running is PLAIN_RULE[2] and kind.make_plan is PLAIN_RULE[3]
                 and policy.pool is not None)
+
+    def _past(self, j: int, t: float, floor: Any) -> tuple[int, float]:
+        """The arrivals from workload index ``j`` by ``t`` that cannot preempt (a true output
+        length of at least ``floor``) passed: the first index not passed and the time at which
+        a run ends for it (``t`` or before: it arrived by then and may preempt)."""
+        src: Any = self.ctx.source
+        arrival, output, n = src._arrival, src._output, src._n
+        while j < n and arrival[j] <= t and output[j] >= floor:
+            j += 1
+        return j, (arrival[j] if j < n else float("inf"))
 
     def ready_plan(self) -> StepPlan | None:
         """The plan handed back by :meth:`advance`, else the policy's own ``ready_plan``."""
@@ -210,6 +223,8 @@ class TokenRunLoop(AfterRun):
         plain_run = (kind.decode_run is TokenRuns.decode_run and kind.has_room is TokenRuns.has_room
                      and kind.steps_left is PooledPlans.steps_left)
         slots = ctx.slots
+        #: the policy's least arrival key that may preempt (see SRPT.arrival_floor), or None
+        floor_of = getattr(policy, "arrival_floor", None) if self.past_arrivals else None
         t0 = -1.0
         fused = self._fused
         while not queue or queue[0][0] > env._now:
@@ -232,12 +247,13 @@ class TokenRunLoop(AfterRun):
                 num_waiting = waiting._n
             else:
                 num_waiting = len(waiting)
+            free = True  # whether the batch may have a free slot (else: arrivals queue)
             if plain_run and policy._left[0] is plan and policy._run_offer:
                 # (TokenRuns.decode_run, with has_room and the steps left make_plan noted)
                 run = None
                 size = len(policy.running)  # (a list the policy may replace)
                 if plan.num_seqs == size:
-                    room = slots.count < slots.capacity
+                    free = room = slots.count < slots.capacity
                     preemptive = policy.preemptive
                     tokens = plan.num_prefill_tokens + plan.num_decode_tokens  # (num_tokens)
                     if not ((room or (preemptive and tokens >= policy._run_budget))
@@ -268,6 +284,11 @@ class TokenRunLoop(AfterRun):
                 if max_steps > 1:
                     j = src._next
                     limit = arrival[j] if room and j < n else inf
+                    floor = None
+                    if t1 >= limit and not free and floor_of is not None:
+                        floor = floor_of()  # (arrivals below it may preempt: the run ends)
+                        if floor is not None:
+                            j, limit = self._past(j, t1, floor)
                     if t1 < limit:
                         coef = linear.get(size)
                         if coef is None:
@@ -289,7 +310,15 @@ class TokenRunLoop(AfterRun):
                                     run_busy += d
                                     append(t1)
                                     if t1 >= limit:
-                                        break
+                                        if free or floor_of is None:
+                                            break
+                                        if floor is None:
+                                            floor = floor_of()
+                                            if floor is None:
+                                                break
+                                        j, limit = self._past(j, t1, floor)
+                                        if t1 >= limit:
+                                            break
                         else:
                             ends, run_busy = run_ends(now, dt, busy, run)
                             t1 = ends[-1]
