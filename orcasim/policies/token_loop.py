@@ -224,7 +224,8 @@ class TokenRunLoop(AfterRun):
                      and kind.steps_left is PooledPlans.steps_left)
         slots = ctx.slots
         #: the policy's least arrival key that may preempt (see SRPT.arrival_floor), or None
-        floor_of = getattr(policy, "arrival_floor", None) if self.past_arrivals else None
+        floor_of = (getattr(policy, "arrival_floor", None) if self.past_arrivals
+                    and kind.decode_run is TokenRuns.decode_run else None)
         t0 = -1.0
         fused = self._fused
         while not queue or queue[0][0] > env._now:
@@ -247,13 +248,12 @@ class TokenRunLoop(AfterRun):
                 num_waiting = waiting._n
             else:
                 num_waiting = len(waiting)
-            free = True  # whether the batch may have a free slot (else: arrivals queue)
             if plain_run and policy._left[0] is plan and policy._run_offer:
                 # (TokenRuns.decode_run, with has_room and the steps left make_plan noted)
                 run = None
                 size = len(policy.running)  # (a list the policy may replace)
                 if plan.num_seqs == size:
-                    free = room = slots.count < slots.capacity
+                    room = slots.count < slots.capacity
                     preemptive = policy.preemptive
                     tokens = plan.num_prefill_tokens + plan.num_decode_tokens  # (num_tokens)
                     if not ((room or (preemptive and tokens >= policy._run_budget))
@@ -285,7 +285,8 @@ class TokenRunLoop(AfterRun):
                     j = src._next
                     limit = arrival[j] if room and j < n else inf
                     floor = None
-                    if t1 >= limit and not free and floor_of is not None:
+                    if (t1 >= limit and floor_of is not None
+                            and slots.count >= slots.capacity):  # (else: an arrival joins)
                         floor = floor_of()  # (arrivals below it may preempt: the run ends)
                         if floor is not None:
                             j, limit = self._past(j, t1, floor)
@@ -310,7 +311,8 @@ class TokenRunLoop(AfterRun):
                                     run_busy += d
                                     append(t1)
                                     if t1 >= limit:
-                                        if free or floor_of is None:
+                                        if (floor_of is None
+                                                or slots.count < slots.capacity):
                                             break
                                         if floor is None:
                                             floor = floor_of()
