@@ -197,11 +197,12 @@ class KeyedPolicy(BatchPolicy):
                 break
             # (the queue's top and popleft, inline: its heap, live entries and cached top)
             entry = waiting._top
+            fresh = False  # whether the head is a workload index (live), made its request below
             if entry is None:  # (waiting.top(), when the heap's first is live)
                 entry = heap[0]
                 x = entry[-1]
-                if type(x) is int:  # a workload index (live): its request is made below
-                    pass
+                if type(x) is int:
+                    fresh = True
                 elif live.get(id(x)) == entry[-2]:
                     waiting._top = entry
                 else:
@@ -219,7 +220,7 @@ class KeyedPolicy(BatchPolicy):
                     if not (entry[:w] if w else entry[0]) < worst:
                         break  # (a head still a workload index stays one)
                 else:
-                    if type(entry[-1]) is int:
+                    if fresh:
                         entry = waiting.top()  # (its request, a live entry at the head)
                     victim = self.victim(entry[-1])
                     if victim is None:
@@ -232,9 +233,7 @@ class KeyedPolicy(BatchPolicy):
                 ordered = self._ordered
                 last = None
                 continue
-            fresh = False  # whether the head is a workload index's request, admitted below
-            x = entry[-1]
-            if type(x) is int:  # a workload index: its request now
+            if fresh:  # a workload index: its request now
                 head = waiting._make(x, waiting._arrival[x])
                 if not own_admitted or (
                         (need := (head.prompt_len or 1) + head.num_output_tokens
@@ -242,8 +241,8 @@ class KeyedPolicy(BatchPolicy):
                     live[id(head)] = entry[-2]  # (it stays at the head: a live entry)
                     waiting._lazy -= 1
                     entry = heap[0] = waiting._top = (*entry[:-1], head)
-                else:  # (popped below at once: never live, its entry left as it is)
-                    fresh = True
+                    fresh = False
+                # (else: popped below at once, never live, its entry left as it is)
             if fresh:  # (waiting.popleft, of an index made its request above)
                 if need > budget:
                     need = budget  # (chunked)
