@@ -20,6 +20,7 @@ policy and memory section).
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import re
 import subprocess
@@ -45,6 +46,15 @@ def child(policy: str, memory: str, requests: int) -> None:
         over["memory"] = MEMORY[memory]
     cfg = base.override(over).variants[0]
     arrays = generate_workload(cfg)
+    # A full collection scans every object alive: the interpreter's, the imports' and the
+    # run's. When one falls in a run depends on how many objects the process made before it
+    # (compiling the sources or reading cached bytecode makes different numbers), and one
+    # more or less in one of the two runs moves the difference by about 20 million
+    # instructions. Collected and frozen here, what came before the run is never scanned
+    # again and the collector's counters start from zero: the runs' collections are those
+    # of their own objects.
+    gc.collect()
+    gc.freeze()
     res = run_variant(cfg, arrays)
     print(f"steps {int(res.summary['num_steps'])} preemptions "
           f"{int(res.summary['num_preemptions'])}")

@@ -26,7 +26,8 @@ SWITCHES = {"keyed-admission": (KeyedPolicy, "lean_admission"),
             "prefill-first-plan": (PrefillFirst, "lean_plan"),
             "fair-admission": (FairSharePolicy, "lean_admission"),
             "fair-charge": (FairSharePolicy, "lean_charge"),
-            "kept-entries": (TokenRunLoop, "lean_entries")}
+            "kept-entries": (TokenRunLoop, "lean_entries"),
+            "past-arrivals": (TokenRunLoop, "past_arrivals")}
 
 KEYED = ["priority-preempt", "priority-classes", "priority-aging", "srpt", "sjf", "edf"]
 EXTRA = {
@@ -116,3 +117,25 @@ def test_fair_share_lean_paths_equal_the_general_steps(name, switch, rate, fast_
     assert_identical(off, on)
     assert on["events"] == off["events"]
     assert len(on["counters"]) == 3
+
+
+@pytest.mark.parametrize("rate", [30.0, 2.0])
+@pytest.mark.parametrize("name", ["srpt", "srpt-oracle"])
+def test_runs_past_arrivals_that_cannot_preempt_equal_the_general_steps(name, rate,
+                                                                         monkeypatch):
+    """A run of ``srpt`` with the true lengths goes past arrivals too long to preempt (the
+    loop's ``_past``); off, each arrival ends it. Everything recorded is the same."""
+    passed = []
+    past = TokenRunLoop._past
+
+    def counted(self, j, t, floor):
+        out = past(self, j, t, floor)
+        passed.append(out[0] - j)
+        return out
+
+    monkeypatch.setattr(TokenRunLoop, "_past", counted)
+    on, off = run_switched(policy_of(name), "past-arrivals", rate, True)
+    assert_identical(off, on)
+    assert on["events"] == off["events"]
+    if name != "srpt" and rate == 30.0:  # (with noisy predictions there is no floor)
+        assert sum(passed) > 0

@@ -197,20 +197,12 @@ class KeyedPolicy(BatchPolicy):
                 break
             # (the queue's top and popleft, inline: its heap, live entries and cached top)
             entry = waiting._top
-            fresh = False  # whether the head is a workload index's request, admitted below
+            fresh = False  # whether the head is a workload index (live), made its request below
             if entry is None:  # (waiting.top(), when the heap's first is live)
                 entry = heap[0]
                 x = entry[-1]
-                if type(x) is int:  # a workload index: its request now
-                    head = waiting._make(x, waiting._arrival[x])
-                    if (full or not own_admitted or (
-                            (need := (head.prompt_len or 1) + head.num_output_tokens
-                             - head.num_computed_tokens) > budget and not self.chunked)):
-                        live[id(head)] = entry[-2]  # (it stays at the head: a live entry)
-                        waiting._lazy -= 1
-                        entry = heap[0] = waiting._top = (*entry[:-1], head)
-                    else:  # (popped below at once: never live, its entry left as it is)
-                        fresh = True
+                if type(x) is int:
+                    fresh = True
                 elif live.get(id(x)) == entry[-2]:
                     waiting._top = entry
                 else:
@@ -226,8 +218,10 @@ class KeyedPolicy(BatchPolicy):
                         victim = self.memory_victim()
                     worst = last[1] if last is not None and last[0] is victim else rank(victim)
                     if not (entry[:w] if w else entry[0]) < worst:
-                        break
+                        break  # (a head still a workload index stays one)
                 else:
+                    if fresh:
+                        entry = waiting.top()  # (its request, a live entry at the head)
                     victim = self.victim(entry[-1])
                     if victim is None:
                         break
@@ -239,6 +233,16 @@ class KeyedPolicy(BatchPolicy):
                 ordered = self._ordered
                 last = None
                 continue
+            if fresh:  # a workload index: its request now
+                head = waiting._make(x, waiting._arrival[x])
+                if not own_admitted or (
+                        (need := (head.prompt_len or 1) + head.num_output_tokens
+                         - head.num_computed_tokens) > budget and not self.chunked):
+                    live[id(head)] = entry[-2]  # (it stays at the head: a live entry)
+                    waiting._lazy -= 1
+                    entry = heap[0] = waiting._top = (*entry[:-1], head)
+                    fresh = False
+                # (else: popped below at once, never live, its entry left as it is)
             if fresh:  # (waiting.popleft, of an index made its request above)
                 if need > budget:
                     need = budget  # (chunked)
@@ -342,7 +346,9 @@ class KeyedPolicy(BatchPolicy):
                         del entries[at]
                     else:
                         self._entries = None
-        self._keys.pop(req, None)
+        keys = self._keys
+        if keys:  # (empty for keys that change and a rank without a cache: srpt's)
+            keys.pop(req, None)
         forget = self._forget
         if forget is not None:
             forget(req)

@@ -48,8 +48,9 @@ class SJF(KeyedPolicy):
 
     def index_key(self, source: Any) -> Callable[[int], Any] | None:
         of_row, output, arrival = self.predict.of_row, source._output, source._arrival
-        if self.predict.sigma == 0.0:  # (of_row: the true length)
-            return lambda i: (float(output[i]), arrival[i])
+        if self.predict.sigma == 0.0:  # (of_row: the true length; a whole number compares
+            # as its float, and faster with the heap's other whole numbers)
+            return lambda i: (output[i], arrival[i])
         return lambda i: (of_row(i, output[i]), arrival[i])
 
     def _forget_prediction(self, req: Request) -> None:

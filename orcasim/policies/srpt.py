@@ -58,7 +58,7 @@ class SRPT(SJF):
             members = pool.members
 
             def rank(req: Request) -> Any:  # the same with the true lengths, in whole numbers
-                b = members.get(req)  # (which compare with the queue's keys as their floats)
+                b = members.get(req)  # (which compare with the queue's keys as numbers)
                 left = req.output_len - req.num_output_tokens if b is None else (
                     req.output_len - req.num_output_tokens - pool.steps + b[0])
                 return (left if left > 0 else 0, req.arrival)
@@ -83,8 +83,9 @@ class SRPT(SJF):
 
     def index_key(self, source: Any) -> Callable[[int], Any] | None:
         of_row, output, arrival = self.predict.of_row, source._output, source._arrival
-        if self.predict.sigma == 0.0:  # (of_row: the true length, at least 0)
-            return lambda i: (float(output[i]), arrival[i])
+        if self.predict.sigma == 0.0:  # (of_row: the true length, at least 0; a whole
+            # number compares as its float, and faster with the heap's other whole numbers)
+            return lambda i: (output[i], arrival[i])
         return lambda i: (max(of_row(i, output[i]) - 0, 0.0), arrival[i])  # (nothing generated)
 
     def pool_safe(self) -> bool:
@@ -126,6 +127,20 @@ class SRPT(SJF):
             self._sorted_at = self.ctx.env._now  # (order)
             return entries.copy()
         return super().decode_entries()
+
+    def arrival_floor(self) -> Any:
+        """The least true output length of a request arriving from now on that cannot preempt
+        a running one while the batch runs unchanged (``None``: any arrival may).
+
+        With the true lengths, an arrival's key is its output length and its arrival, after
+        every running request's: it preempts only with a length below the largest remaining
+        one, which only shrinks while they decode. That largest one now is the floor.
+        """
+        if not (self._rank_is_key and self.pool is not None and self.running
+                and type(self).victim is KeyedPolicy.victim
+                and type(self).index_key is SRPT.index_key):
+            return None
+        return self.rank(self.memory_victim())[0]
 
     victim_rule = "sorted"  # (memory_victim: the kept order's last, if sorted at this boundary)
 

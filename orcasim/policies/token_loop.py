@@ -73,6 +73,9 @@ class TokenRunLoop(AfterRun):
     inline_steps = True
     #: off: the boundary after a run asks a keyed policy for its decode entries
     lean_entries = True
+    #: off: every arrival ends a run of a preemptive policy with a full batch (on: a policy's
+    #: ``arrival_floor`` lets a run go past the arrivals that cannot preempt)
+    past_arrivals = True
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -140,6 +143,16 @@ class TokenRunLoop(AfterRun):
         return (kind.ready_plan is PLAIN_RULE[0] and plain_after_run(kind)
                 and kind.schedule_running is PLAIN_RULE[2] and kind.make_plan is PLAIN_RULE[3]
                 and policy.pool is not None)
+
+    def _past(self, j: int, t: float, floor: Any) -> tuple[int, float]:
+        """The arrivals from workload index ``j`` by ``t`` that cannot preempt (a true output
+        length of at least ``floor``) passed: the first index not passed and the time at which
+        a run ends for it (``t`` or before: it arrived by then and may preempt)."""
+        src: Any = self.ctx.source
+        arrival, output, n = src._arrival, src._output, src._n
+        while j < n and arrival[j] <= t and output[j] >= floor:
+            j += 1
+        return j, (arrival[j] if j < n else float("inf"))
 
     def ready_plan(self) -> StepPlan | None:
         """The plan handed back by :meth:`advance`, else the policy's own ``ready_plan``."""
@@ -210,6 +223,9 @@ class TokenRunLoop(AfterRun):
         plain_run = (kind.decode_run is TokenRuns.decode_run and kind.has_room is TokenRuns.has_room
                      and kind.steps_left is PooledPlans.steps_left)
         slots = ctx.slots
+        #: the policy's least arrival key that may preempt (see SRPT.arrival_floor), or None
+        floor_of = (getattr(policy, "arrival_floor", None) if self.past_arrivals
+                    and kind.decode_run is TokenRuns.decode_run else None)
         t0 = -1.0
         fused = self._fused
         while not queue or queue[0][0] > env._now:
@@ -268,6 +284,12 @@ class TokenRunLoop(AfterRun):
                 if max_steps > 1:
                     j = src._next
                     limit = arrival[j] if room and j < n else inf
+                    floor = None
+                    if (t1 >= limit and floor_of is not None
+                            and slots.count >= slots.capacity):  # (else: an arrival joins)
+                        floor = floor_of()  # (arrivals below it may preempt: the run ends)
+                        if floor is not None:
+                            j, limit = self._past(j, t1, floor)
                     if t1 < limit:
                         coef = linear.get(size)
                         if coef is None:
@@ -289,7 +311,16 @@ class TokenRunLoop(AfterRun):
                                     run_busy += d
                                     append(t1)
                                     if t1 >= limit:
-                                        break
+                                        if (floor_of is None
+                                                or slots.count < slots.capacity):
+                                            break
+                                        if floor is None:
+                                            floor = floor_of()
+                                            if floor is None:
+                                                break
+                                        j, limit = self._past(j, t1, floor)
+                                        if t1 >= limit:
+                                            break
                         else:
                             ends, run_busy = run_ends(now, dt, busy, run)
                             t1 = ends[-1]
