@@ -152,39 +152,13 @@ class GrowingPool(DecodePool):
             self._rounds(self.steps, grow, tails)
 
     def _rounds(self, steps: int, grow: list[int], tails: list[int]) -> None:
-        phase_of = self.phase_of
         phases, bs = self.phases, self.bs
-        alloc = self.alloc
-        held, internal = alloc.held, alloc._internal
         for s in range(1, len(grow)):
             r = steps + s
-            bucket = phases[r % bs]
-            if not bucket:
-                continue
-            taken = t = 0
-            done = None
-            for rid, (first, final, tail, _) in bucket.items():
-                if first > r:
-                    continue
-                h = held[rid]
-                if h < final:
-                    h += 1
-                    held[rid] = h
-                    taken += 1
-                    if h < final:
-                        continue
-                    internal[rid] = tail  # its final block, taken now
-                    t += tail
-                if done is None:
-                    done = [rid]
-                else:
-                    done.append(rid)
-            if done is not None:
-                for rid in done:
-                    del bucket[rid]
-                    del phase_of[rid]
-            grow[s] += taken
-            tails[s] += t
+            if phases[r % bs]:
+                taken, t = self.take(r)
+                grow[s] += taken
+                tails[s] += t
 
     def grow_now(self, kv: Any) -> bool:
         """The round at the boundary right after a run (the pool's current step), on

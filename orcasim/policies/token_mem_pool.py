@@ -32,7 +32,7 @@ from orcasim.plan import StepPlan
 from orcasim.policies.decode_pool import DecodePool
 from orcasim.policies.growing_pool import GrowingPool
 from orcasim.policies.pooled import PooledPlans
-from orcasim.policies.token_mem_runs import MemoryRuns
+from orcasim.policies.token_mem_runs import MemoryRuns, take_run_blocks
 
 
 class PooledMemoryRuns(MemoryRuns):
@@ -123,19 +123,8 @@ class PooledMemoryRuns(MemoryRuns):
             tails = [0] * k  # internal slots that appear at each boundary
             for req, n in rest:  # (as MemoryRuns.complete_run)
                 c = req.num_computed_tokens + n  # after the first step
-                rid = req.id
-                h = held[rid]
-                j = h * bs - c + 1  # its first boundary with a block to take
-                if j <= last:
-                    for s in range(j, k, bs):
-                        grow[s] += 1
-                        h += 1
-                    held[rid] = h
-                    p = req.prompt_len
-                    tail = h * bs - ((p if p > 0 else 1) + req.output_len - 1)
-                    if tail >= 0:  # its final block (PagedAllocator._note_final)
-                        final[rid] = tail
-                        tails[s] += tail
+                if held[req.id] * bs - c < last:
+                    take_run_blocks(req, c, held, final, bs, grow, tails)
             if pool is not None:
                 pool.rounds(grow, tails)
             for s in range(1, k):

@@ -39,6 +39,7 @@ from orcasim.kv.allocators import PagedAllocator, ReservationAllocator
 from orcasim.plan import StepPlan
 from orcasim.policies.pooled import PooledPlans
 from orcasim.policies.runs import TokenRuns
+from orcasim.request import Request
 
 #: a run shorter than this is stepped (a run of one step is a step)
 MIN_RUN_STEPS = 2
@@ -273,20 +274,8 @@ class MemoryRuns:
         finished = []
         for req, n in plan.scheduled or ():
             c = req.num_computed_tokens + n  # after the first step
-            if paged:
-                rid = req.id
-                h = held[rid]
-                j = h * bs - c + 1  # its first boundary with a block to take
-                if j <= last:
-                    for s in range(j, k, bs):
-                        grow[s] += 1
-                        h += 1
-                    held[rid] = h
-                    p = req.prompt_len
-                    tail = h * bs - ((p if p > 0 else 1) + req.output_len - 1)
-                    if tail >= 0:  # its final block (PagedAllocator._note_final)
-                        final[rid] = tail
-                        tails[s] += tail
+            if paged and held[req.id] * bs - c < last:
+                take_run_blocks(req, c, held, final, bs, grow, tails)
             out = req.num_output_tokens
             if out == 0:
                 req.first_token = t1
@@ -301,7 +290,7 @@ class MemoryRuns:
                 req.num_output_tokens = out
                 req.last_token = t_end
                 tokens += c
-                if paged and h * bs <= c:  # its next token needs a block
+                if paged and held[req.id] * bs <= c:  # its next token needs a block
                     needy.append(req)
                 if rest < left:
                     left = rest
@@ -343,3 +332,24 @@ class MemoryRuns:
         running = policy.running
         mem.needy = needy
         policy.decoding = (running, len(running), tokens, left)
+
+
+def take_run_blocks(req: Request, c: int, held: dict[int, int], final: dict[int, int],
+                    bs: int, grow: list[int], tails: list[int]) -> None:
+    """The paged blocks ``req`` takes at the boundaries of a run of ``len(grow)`` steps,
+    having computed ``c`` tokens after its first step: ``held`` and, at its final block,
+    ``final`` (``PagedAllocator._note_final``) updated, each block counted in ``grow`` and
+    the final block's internal slots in ``tails`` at its boundary (the caller has checked
+    that it takes one at the run's last boundary at the latest)."""
+    rid = req.id
+    h = held[rid]
+    s = 0
+    for s in range(h * bs - c + 1, len(grow), bs):  # from its first boundary with a block
+        grow[s] += 1
+        h += 1
+    held[rid] = h
+    p = req.prompt_len
+    tail = h * bs - ((p if p > 0 else 1) + req.output_len - 1)
+    if tail >= 0:
+        final[rid] = tail
+        tails[s] += tail
