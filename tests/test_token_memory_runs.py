@@ -120,10 +120,11 @@ def test_a_run_ends_before_a_boundary_the_free_blocks_do_not_cover(monkeypatch):
     assert any(free < 16 for _, free in seen)  # runs were offered with few blocks free
 
 
-@pytest.mark.parametrize("name", ["fcfs", "srpt-true-lengths", "prefill-first"])
-def test_the_pool_at_each_boundary_after_a_run_is_the_step_by_step_one(monkeypatch, name):
-    """At every boundary the engine plans (a run's end included) the free blocks, each
-    request's blocks, internal fragmentation and peak are those step by step."""
+def allocator_at_each_boundary(monkeypatch, name: str, memory: str
+                                ) -> dict[bool, dict[float, tuple]]:
+    """The allocator's free blocks, blocks per request, internal fragmentation and peak at
+    each boundary the engine plans, by time, step by step (False) and with runs (True),
+    after checking that both give the same results."""
     from orcasim.engine import Engine
     from orcasim.policies.common import BatchPolicy
 
@@ -139,8 +140,16 @@ def test_the_pool_at_each_boundary_after_a_run_is_the_step_by_step_one(monkeypat
         return (yield from plan(self))
 
     monkeypatch.setattr(BatchPolicy, "next_step", spy)
-    slow, fast = run_both(scenario(name, "tight", 30.0), n=300, variant=None)
+    slow, fast = run_both(scenario(name, memory, 30.0), n=300, variant=None)
     assert_identical(slow, fast)
+    return seen
+
+
+@pytest.mark.parametrize("name", ["fcfs", "srpt-true-lengths", "prefill-first"])
+def test_the_pool_at_each_boundary_after_a_run_is_the_step_by_step_one(monkeypatch, name):
+    """At every boundary the engine plans (a run's end included) the free blocks, each
+    request's blocks, internal fragmentation and peak are those step by step."""
+    seen = allocator_at_each_boundary(monkeypatch, name, "tight")
     assert len(seen[True]) < len(seen[False]) * 0.6  # runs skipped most boundaries
     for t, state in seen[True].items():
         assert seen[False][t] == state, t
@@ -194,23 +203,7 @@ def test_runs_with_and_without_the_decode_pool_equal_per_step_simulation(
 def test_the_blocks_at_each_boundary_with_the_decode_pool(monkeypatch, name, memory):
     """With the decode pool the allocator's blocks per request, free count, internal
     fragmentation and peak are those of step-by-step simulation at every boundary."""
-    from orcasim.engine import Engine
-    from orcasim.policies.common import BatchPolicy
-
-    seen: dict[bool, dict[float, tuple]] = {False: {}, True: {}}
-    plan = BatchPolicy.next_step
-
-    def spy(self):
-        kv = self.ctx.kv
-        alloc = kv.alloc
-        seen[Engine.fast_paths].setdefault(self.ctx.env.now, (
-            alloc.num_free_blocks, sorted(alloc.held.items()), alloc.internal_slots,
-            sorted(alloc._internal.items()), kv.peak_allocated))
-        return (yield from plan(self))
-
-    monkeypatch.setattr(BatchPolicy, "next_step", spy)
-    slow, fast = run_both(scenario(name, memory, 30.0), n=300, variant=None)
-    assert_identical(slow, fast)
+    seen = allocator_at_each_boundary(monkeypatch, name, memory)
     assert len(seen[True]) < len(seen[False]) * 0.8
     for t, state in seen[True].items():
         assert seen[False][t] == state, t
